@@ -1,0 +1,171 @@
+"""The published-dataset contract between ingest (writer) and training/evaluation (readers).
+
+Layout under a dataset root (one directory per dataset name)::
+
+    <root>/data/<version>/date=YYYY-MM-DD/shard-00003.parquet   # immutable once written
+    <root>/manifests/<version>.json                              # published last, atomically
+    <root>/LATEST                                                # name of the newest version
+
+A version's data directory is written completely *before* its manifest is renamed into
+``manifests/``; readers look only at manifests, so a killed writer leaves at most an orphan
+data directory that nothing references. ``LATEST`` is replaced with ``os.replace`` too.
+``version`` is derived from the content hash, so rerunning the same build reproduces
+the same version name and the same bytes (idempotence is checkable by hash).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+MANIFEST_FORMAT = 1
+LABEL_COLUMN = "label"
+# Columns every shard carries besides features: identify the row and group metrics by card/day.
+ID_COLUMNS = ("transaction_id", "card_id", "event_time")
+
+
+class ManifestError(RuntimeError):
+    """A manifest is missing, unreadable or inconsistent with its shards."""
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """One Parquet shard: its path relative to the dataset root, its date and counts."""
+
+    path: str
+    date: str  # YYYY-MM-DD (event date of every row in it)
+    shard: int  # index within the date, 0..num_shards-1
+    rows: int
+    frauds: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class DateWindow:
+    """Inclusive date range ``[start, end]`` as YYYY-MM-DD strings."""
+
+    start: str
+    end: str
+
+    def contains(self, date: str) -> bool:
+        return self.start <= date <= self.end
+
+
+@dataclass(frozen=True)
+class DatasetManifest:
+    """What a published dataset version holds; the only thing readers trust.
+
+    ``numeric_features`` are float columns; ``categorical_features`` maps each integer-coded
+    column to its cardinality (codes are in ``[0, cardinality)``; 0 is reserved for unknown).
+    ``splits`` names date windows (``train``, ``validation``, ``test``): a shard belongs to the
+    split whose window contains its date. ``kafka_offsets`` records, per topic and partition,
+    the ``[start, end)`` offsets whose records the raw store held when this was built.
+    """
+
+    dataset: str
+    version: str
+    created_at: str
+    schema_version: int
+    feature_version: int
+    numeric_features: tuple[str, ...]
+    categorical_features: dict[str, int]
+    splits: dict[str, DateWindow]
+    label_cutoff: str
+    num_shards_per_date: int
+    shards: tuple[ShardInfo, ...]
+    kafka_offsets: dict[str, dict[str, list[int]]]
+    content_hash: str
+    label_column: str = LABEL_COLUMN
+    id_columns: tuple[str, ...] = ID_COLUMNS
+    extra: dict[str, Any] = field(default_factory=dict)
+    format: int = MANIFEST_FORMAT
+
+    def shards_for(self, split: str) -> list[ShardInfo]:
+        """Shards of a named split, ordered by (date, shard index)."""
+        if split not in self.splits:
+            raise ManifestError(f"dataset {self.dataset}@{self.version} has no split {split!r} "
+                                f"(has {sorted(self.splits)})")
+        window = self.splits[split]
+        return sorted((s for s in self.shards if window.contains(s.date)), key=lambda s: (s.date, s.shard))
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True)
+
+    @staticmethod
+    def from_json(text: str) -> DatasetManifest:
+        d = json.loads(text)
+        if d.get("format") != MANIFEST_FORMAT:
+            raise ManifestError(f"manifest format {d.get('format')} not supported (expected {MANIFEST_FORMAT})")
+        d["numeric_features"] = tuple(d["numeric_features"])
+        d["id_columns"] = tuple(d["id_columns"])
+        d["splits"] = {k: DateWindow(**v) for k, v in d["splits"].items()}
+        d["shards"] = tuple(ShardInfo(**s) for s in d["shards"])
+        return DatasetManifest(**d)
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def content_hash(shards: list[ShardInfo] | tuple[ShardInfo, ...], schema: dict[str, Any]) -> str:
+    """Hash of the data (shard bytes, in order) and the schema: same data -> same hash."""
+    h = hashlib.sha256()
+    h.update(json.dumps(schema, sort_keys=True).encode())
+    for s in sorted(shards, key=lambda s: (s.date, s.shard)):
+        h.update(f"{s.date}/{s.shard}/{s.rows}/{s.sha256}\n".encode())
+    return h.hexdigest()
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with tmp.open("w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def publish_manifest(root: Path, manifest: DatasetManifest) -> Path:
+    """Publish ``manifest`` under ``root`` (its shards must already be complete) and point LATEST at it.
+
+    Checks every shard exists with the recorded hash before publishing, so a manifest never
+    references missing or partial data.
+    """
+    for s in manifest.shards:
+        p = root / s.path
+        if not p.is_file():
+            raise ManifestError(f"refusing to publish {manifest.version}: shard {p} is missing")
+        if file_sha256(p) != s.sha256:
+            raise ManifestError(f"refusing to publish {manifest.version}: shard {p} does not match its hash")
+    (root / "manifests").mkdir(parents=True, exist_ok=True)
+    target = root / "manifests" / f"{manifest.version}.json"
+    _atomic_write_text(target, manifest.to_json())
+    _atomic_write_text(root / "LATEST", manifest.version + "\n")
+    return target
+
+
+def load_manifest(root: Path, version: str | None = None) -> DatasetManifest:
+    """Load a published manifest (``LATEST`` when ``version`` is None)."""
+    root = Path(root)
+    if version is None:
+        latest = root / "LATEST"
+        if not latest.is_file():
+            raise ManifestError(
+                f"no published dataset under {root}: run `fraudctl ingest` to build one"
+            )
+        version = latest.read_text().strip()
+    path = root / "manifests" / f"{version}.json"
+    if not path.is_file():
+        raise ManifestError(f"dataset version {version!r} is not published under {root}")
+    try:
+        return DatasetManifest.from_json(path.read_text())
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ManifestError(f"manifest {path} is corrupt: {exc}") from exc
