@@ -1,0 +1,134 @@
+"""Tabular fraud model: normalised numerics + categorical embeddings -> residual MLP -> one logit.
+
+Everything needed to score lives inside the module as tensors: the training-set mean/std of the
+numeric features (buffers), the calibration temperature (buffer) and the weights. Saving writes
+``model.safetensors`` (tensors only) and ``model.json`` (the architecture config); loading never
+unpickles objects.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+WEIGHTS_FILE = "model.safetensors"
+CONFIG_FILE = "model.json"
+
+
+@dataclass(frozen=True)
+class FraudModelConfig:
+    numeric_features: tuple[str, ...]
+    categorical_features: dict[str, int]  # column -> cardinality (code 0 = unknown)
+    embedding_dim: int = 8
+    hidden_dim: int = 128
+    num_blocks: int = 2  # residual blocks after the input projection
+    dropout: float = 0.1
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True)
+
+    @staticmethod
+    def from_json(text: str) -> FraudModelConfig:
+        d = json.loads(text)
+        d["numeric_features"] = tuple(d["numeric_features"])
+        return FraudModelConfig(**d)
+
+
+class ResidualBlock(nn.Module):
+    """Pre-norm MLP block: x + W2·drop(GELU(W1·LN(x)))."""
+
+    def __init__(self, dim: int, dropout: float) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.fc1 = nn.Linear(dim, 2 * dim)
+        self.fc2 = nn.Linear(2 * dim, dim)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.fc2(self.drop(nn.functional.gelu(self.fc1(self.norm(x)))))
+
+
+class FraudModel(nn.Module):
+    """``forward(numeric[B, F] float32, categorical[B, C] int64) -> logit[B]``."""
+
+    def __init__(self, config: FraudModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        n_num = len(config.numeric_features)
+        # Normalisation statistics: set from the training rows by set_normalization(); stored as buffers
+        # so they travel with the weights and the scorer applies exactly what training applied.
+        self.register_buffer("num_mean", torch.zeros(n_num))
+        self.register_buffer("num_std", torch.ones(n_num))
+        # Temperature scaling, fitted on validation data after training (1.0 = uncalibrated).
+        self.register_buffer("temperature", torch.ones(()))
+        self.embeddings = nn.ModuleList(
+            nn.Embedding(card, config.embedding_dim) for card in config.categorical_features.values()
+        )
+        in_dim = n_num + config.embedding_dim * len(config.categorical_features)
+        self.input = nn.Linear(in_dim, config.hidden_dim)
+        self.blocks = nn.Sequential(*(ResidualBlock(config.hidden_dim, config.dropout) for _ in range(config.num_blocks)))
+        self.head = nn.Sequential(nn.LayerNorm(config.hidden_dim), nn.Linear(config.hidden_dim, 1))
+
+    def set_normalization(self, mean: torch.Tensor, std: torch.Tensor) -> None:
+        self.num_mean.copy_(mean)
+        # A constant column would divide by ~0; treat it as unit scale instead.
+        self.num_std.copy_(torch.where(std > 1e-6, std, torch.ones_like(std)))
+
+    def forward(self, numeric: torch.Tensor, categorical: torch.Tensor) -> torch.Tensor:
+        x = (numeric - self.num_mean) / self.num_std
+        # Non-finite inputs (missing history) become 0 = the training mean, never NaN logits.
+        x = torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0).clamp(-20.0, 20.0)
+        parts = [x]
+        for i, emb in enumerate(self.embeddings):
+            codes = categorical[:, i].clamp(0, emb.num_embeddings - 1)
+            parts.append(emb(codes))
+        h = self.input(torch.cat(parts, dim=1))
+        return self.head(self.blocks(h)).squeeze(-1)
+
+    @torch.no_grad()
+    def predict_proba(self, numeric: torch.Tensor, categorical: torch.Tensor) -> torch.Tensor:
+        """Calibrated fraud probability per row (eval mode is the caller's job)."""
+        return torch.sigmoid(self.forward(numeric, categorical) / self.temperature)
+
+
+def frame_to_tensors(frame, config: FraudModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """Raw feature columns of a pandas DataFrame -> (numeric, categorical) tensors for ``forward``.
+
+    Missing numeric values become NaN (handled in ``forward``); missing codes become 0 (unknown).
+    Raises ``KeyError`` naming the absent columns, so a schema mismatch is a clear error.
+    """
+    wanted = list(config.numeric_features) + list(config.categorical_features)
+    missing = [c for c in wanted if c not in frame.columns]
+    if missing:
+        raise KeyError(f"input is missing feature columns: {missing}")
+    numeric = frame[list(config.numeric_features)].to_numpy(dtype=np.float32, na_value=np.nan)
+    cats = list(config.categorical_features)
+    categorical = (
+        frame[cats].fillna(0).to_numpy(dtype=np.int64) if cats else np.zeros((len(frame), 0), dtype=np.int64)
+    )
+    # np.array copies: pandas may hand back read-only views, which torch refuses to wrap safely.
+    return torch.from_numpy(np.array(numeric, order="C")), torch.from_numpy(np.array(categorical, order="C"))
+
+
+def save_model(model: FraudModel, directory: Path) -> None:
+    """Write weights (safetensors) and config (JSON) into ``directory``."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    save_file(state, str(directory / WEIGHTS_FILE))
+    (directory / CONFIG_FILE).write_text(model.config.to_json())
+
+
+def load_model(directory: Path) -> FraudModel:
+    """Rebuild a model saved by :func:`save_model`, in eval mode, on CPU."""
+    directory = Path(directory)
+    config = FraudModelConfig.from_json((directory / CONFIG_FILE).read_text())
+    model = FraudModel(config)
+    model.load_state_dict(load_file(str(directory / WEIGHTS_FILE)))
+    return model.eval()

@@ -1,0 +1,38 @@
+"""Benchmarks behind ``fraudctl bench <name>`` / ``make bench``.
+
+Each benchmark is a module ``pipeline.bench.<name>`` with ``run(quick: bool) -> dict``; the
+runner writes the dict to ``bench/results/<name>.json``. Benchmarks compare against a named peer
+measured in the same run (ratios, not absolute times: machines here are noisy).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import time
+from pathlib import Path
+
+from pipeline.config import PROJECT_ROOT
+
+# name -> what it compares; the module pipeline.bench.<name> must exist.
+BENCHMARKS: dict[str, str] = {
+    "simulate": "simulator events/s vs the >=100k/s requirement",
+}
+
+RESULTS_DIR = PROJECT_ROOT / "bench" / "results"
+
+
+def run_benchmark(name: str, quick: bool = False, results_dir: Path = RESULTS_DIR) -> Path:
+    """Run benchmark ``name`` and write its JSON result; returns the result path."""
+    if name not in BENCHMARKS:
+        raise KeyError(f"unknown benchmark {name!r}; choose from {sorted(BENCHMARKS)}")
+    module = importlib.import_module(f"pipeline.bench.{name}")
+    started = time.time()
+    result = module.run(quick=quick)
+    result.setdefault("benchmark", name)
+    result.setdefault("quick", quick)
+    result["wall_s"] = round(time.time() - started, 2)
+    results_dir.mkdir(parents=True, exist_ok=True)
+    out = results_dir / f"{name}.json"
+    out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    return out
