@@ -1,0 +1,27 @@
+"""``fraudctl``: the operator's entry point to the fraud pipeline.
+
+Exit codes: 0 success; 1 a failure the message explains (ClickException); 2 usage error.
+Subcommands document their own extra codes (``promote``: 3 rejected).
+"""
+
+from __future__ import annotations
+
+import click
+
+from pipeline.cli.bench import bench
+from pipeline.cli.broker import broker
+from pipeline.cli.context import CliContext
+from pipeline.config import DEFAULT_ENV, ENV_VAR_CONF_ENV
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--env", envvar=ENV_VAR_CONF_ENV, default=DEFAULT_ENV, show_default=True,
+              help=f"Config environment: reads conf/<env>/*.toml (also ${ENV_VAR_CONF_ENV}).")
+@click.pass_context
+def cli(ctx: click.Context, env: str) -> None:
+    """Card-payment fraud pipeline: Kafka -> Spark -> DDP training -> MLflow gate."""
+    ctx.obj = CliContext(env=env)
+
+
+cli.add_command(broker)
+cli.add_command(bench)

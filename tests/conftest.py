@@ -1,0 +1,46 @@
+"""Shared fixtures: an isolated state directory and a real embedded Kafka broker on a free port."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pipeline.kafka.broker import EmbeddedBroker, free_port
+from pipeline.kafka.settings import KafkaConfig
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Point $FRAUD_STATE_DIR at a fresh temp dir so nothing touches the project's .state/."""
+    path = tmp_path / "state"
+    path.mkdir()
+    monkeypatch.setenv("FRAUD_STATE_DIR", str(path))
+    return path
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
+    """One real Tansu broker for the session, on a free loopback port; stopped at the end."""
+    log = tmp_path_factory.mktemp("broker") / "broker.log"
+    broker = EmbeddedBroker("127.0.0.1", free_port(), log)
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+@pytest.fixture
+def kafka_config(kafka_broker: EmbeddedBroker, request: pytest.FixtureRequest) -> KafkaConfig:
+    """Settings for the session broker with topic names unique to this test (no cross-test bleed)."""
+    suffix = request.node.name.replace("[", "-").replace("]", "").replace("/", "-")[:80]
+    config = KafkaConfig(
+        bootstrap_servers=kafka_broker.bootstrap_servers,
+        transactions_topic=f"transactions-{suffix}",
+        labels_topic=f"fraud-labels-{suffix}",
+        partitions=4,
+    )
+    kafka_broker.create_topics(config.topics(), config.partitions)
+    return config
