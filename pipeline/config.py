@@ -71,10 +71,8 @@ def from_dict(cls: type[T], table: dict[str, Any], source: str = "<dict>", prefi
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     unknown = sorted(set(table) - set(fields))
     if unknown:
-        where = f"{prefix}." if prefix else ""
-        raise ConfigError(
-            f"{source}: unknown key {where}{unknown[0]!r} (known keys: {', '.join(sorted(fields))})"
-        )
+        key = f"{prefix}.{unknown[0]}" if prefix else unknown[0]
+        raise ConfigError(f"{source}: unknown key {key!r} (known keys: {', '.join(sorted(fields))})")
     kwargs: dict[str, Any] = {}
     for name, field in fields.items():
         key = f"{prefix}.{name}" if prefix else name

@@ -1,0 +1,39 @@
+"""Offset planning against the real broker, including its under-reporting ListOffsets."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from pipeline.kafka.admin import KafkaUnavailable, end_offsets, topic_partitions
+from pipeline.kafka.settings import KafkaConfig
+
+
+def _produce(kafka: KafkaConfig, topic: str, per_partition: dict[int, int]) -> None:
+    producer = Producer({**kafka.confluent(), "linger.ms": 20})
+    for partition, count in per_partition.items():
+        for i in range(count):
+            producer.produce(topic, value=f'{{"i": {i}}}'.encode(), partition=partition)
+    assert producer.flush(15) == 0
+
+
+def test_end_offsets_cover_every_record_even_when_list_offsets_under_reports(kafka_config):
+    topic = kafka_config.transactions_topic
+    counts = {0: 2500, 1: 1, 2: 0, 3: 777}
+    _produce(kafka_config, topic, counts)
+    ends = end_offsets(kafka_config, topic)
+    assert {p: hi - lo for p, (lo, hi) in ends.items()} == counts
+
+    # What the workaround is for: the broker's own ListOffsets answer is not the true end.
+    consumer = Consumer({**kafka_config.confluent(), "group.id": "probe"})
+    listed = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
+    consumer.close()
+    assert listed <= counts[0]
+
+
+def test_missing_topic_and_unreachable_broker_are_explained(kafka_config):
+    with pytest.raises(KafkaUnavailable, match="does not exist"):
+        topic_partitions(kafka_config, "no-such-topic")
+    dead = KafkaConfig(bootstrap_servers="127.0.0.1:1", request_timeout_s=1.0)
+    with pytest.raises(KafkaUnavailable, match="unreachable"):
+        topic_partitions(dead, "transactions")
