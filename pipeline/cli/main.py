@@ -11,6 +11,8 @@ import click
 from pipeline.cli.bench import bench
 from pipeline.cli.broker import broker
 from pipeline.cli.context import CliContext
+from pipeline.cli.produce import produce
+from pipeline.cli.simulate import simulate_command
 from pipeline.config import DEFAULT_ENV, ENV_VAR_CONF_ENV
 
 
@@ -25,3 +27,5 @@ def cli(ctx: click.Context, env: str) -> None:
 
 cli.add_command(broker)
 cli.add_command(bench)
+cli.add_command(simulate_command)
+cli.add_command(produce)
