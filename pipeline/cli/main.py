@@ -13,6 +13,7 @@ from pipeline.cli.broker import broker
 from pipeline.cli.context import CliContext
 from pipeline.cli.produce import produce
 from pipeline.cli.simulate import simulate_command
+from pipeline.cli.train import train
 from pipeline.config import DEFAULT_ENV, ENV_VAR_CONF_ENV
 
 
@@ -29,3 +30,4 @@ cli.add_command(broker)
 cli.add_command(bench)
 cli.add_command(simulate_command)
 cli.add_command(produce)
+cli.add_command(train)

@@ -1,0 +1,47 @@
+"""``fraudctl train``: run the DDP training job under torchrun on this machine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from pipeline.cli.context import cli_context
+from pipeline.training.launch import TrainingJobFailed, default_run_dir, default_run_name, run_training
+from pipeline.training.progress import format_bytes
+
+
+@click.command()
+@click.option("--nproc", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Processes (ranks) on this machine; one per GPU on CUDA.")
+@click.option("--run-name", default=None, help="Run directory name under <state>/runs (default train-<UTC time>).")
+@click.option("--dataset-root", type=click.Path(path_type=Path), default=None,
+              help="Dataset root with manifests/ (default: data.dataset_root of conf/<env>/train.toml).")
+@click.option("--max-restarts", type=click.IntRange(min=0), default=1, show_default=True,
+              help="Times torchrun restarts the group after a worker dies (it resumes from the last checkpoint).")
+@click.option("--resume/--no-resume", default=True, show_default=True,
+              help="Continue from the run's latest checkpoint, or refuse to touch an existing run.")
+@click.pass_context
+def train(ctx: click.Context, nproc: int, run_name: str | None, dataset_root: Path | None,
+          max_restarts: int, resume: bool) -> None:
+    """Train the fraud model with DistributedDataParallel (gloo on CPU, nccl on CUDA).
+
+    Prints rank 0's live progress, then validation metrics, gradient bytes saved and where the
+    checkpoints and model are. Exit code 1 when the job fails (the message says why).
+    """
+    run_dir = default_run_dir(run_name or default_run_name())
+    click.echo(f"run directory: {run_dir}")
+    try:
+        summary = run_training(cli_context(ctx).env, run_dir, dataset_root, nproc, max_restarts, resume)
+    except TrainingJobFailed as exc:
+        raise click.ClickException(str(exc)) from exc
+    metrics = summary["best_metrics"]
+    click.echo(f"validation (best epoch {summary['best_epoch']}): "
+               + "  ".join(f"{k} {v:.4f}" for k, v in sorted(metrics.items())))
+    sent, dense = summary["bytes_sent_total"], summary["bytes_dense_total"]
+    ratio = dense / sent if sent else float("nan")
+    click.echo(f"gradient traffic per rank: {format_bytes(sent)} sent vs {format_bytes(dense)} dense "
+               f"({ratio:.1f}x less, {summary['compression']['method']})")
+    click.echo(f"calibration: temperature {summary['temperature']:.3f}, ECE {summary['calibrated_ece']:.4f}")
+    click.echo(f"checkpoints: {summary['checkpoint_dir']}  (best: {summary['checkpoint_dir']}/best)")
+    click.echo(f"model: {summary['model_dir']}")

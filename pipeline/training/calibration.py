@@ -1,0 +1,48 @@
+"""Probability calibration on validation logits: temperature scaling with a bias term.
+
+``p = sigmoid((logit + shift) / temperature)``. Temperature alone rescales confidence; the shift
+removes the constant offset that class weighting puts into the logits (a weight w moves the
+optimal logit by log w). The shift is folded into the model's output bias and the temperature
+into its ``temperature`` buffer, so a saved model needs nothing new to score calibrated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from models.fraud_mlp import FraudModel
+
+
+@dataclass(frozen=True)
+class Calibration:
+    temperature: float
+    logit_shift: float
+
+
+def fit_calibration(logits: torch.Tensor, labels: torch.Tensor, iters: int = 100) -> Calibration:
+    """Minimise the validation log-loss of ``sigmoid(a * logit + b)``; returns T = 1/a, shift = b/a."""
+    z, y = logits.double().detach(), labels.double().detach()
+    log_a = torch.zeros((), dtype=torch.float64, requires_grad=True)  # a = exp(log_a) > 0 keeps order
+    b = torch.zeros((), dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.LBFGS([log_a, b], lr=0.5, max_iter=iters, line_search_fn="strong_wolfe")
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        loss = F.binary_cross_entropy_with_logits(torch.exp(log_a) * z + b, y)
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    a = float(torch.exp(log_a.detach()))
+    return Calibration(temperature=1.0 / a, logit_shift=float(b.detach()) / a)
+
+
+@torch.no_grad()
+def apply_calibration(model: FraudModel, calibration: Calibration) -> None:
+    """Fold the calibration into ``model``: shift the output bias, set the temperature buffer."""
+    head = model.head[-1]
+    head.bias.add_(calibration.logit_shift)
+    model.temperature.fill_(calibration.temperature)

@@ -1,0 +1,170 @@
+"""Checkpoint storage: atomic step directories, last K kept, plus ``best/``.
+
+Layout under ``<run_dir>/checkpoints``::
+
+    step-00000200/            # complete, or absent: written as .tmp-step-00000200/ then renamed
+      meta.json               # {"step", "epoch", "world_size"} (for people; loads use the .pt files)
+      model.json              # FraudModelConfig, so export needs nothing else
+      trainer.pt              # rank 0: model + optimizer state, trainer counters (tensors/primitives only)
+      rank-00000.pt           # per rank: error-feedback residuals, RNG state
+    best/                     # copy (hard links) of the step directory with the best validation AP
+      calibration.pt          # added after training: temperature and logit shift (see calibration.py)
+
+Everything is loaded with ``torch.load(weights_only=True)``: no pickled objects. A kill during a
+save leaves only a ``.tmp-*`` directory, removed at the next start; the latest complete checkpoint
+is untouched. Multi-node runs need the run directory on a shared filesystem.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+STEP_DIR = re.compile(r"^step-(\d{8})$")
+TRAINER_FILE = "trainer.pt"
+META_FILE = "meta.json"
+MODEL_CONFIG_FILE = "model.json"
+CALIBRATION_FILE = "calibration.pt"
+BEST = "best"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint is missing or unreadable."""
+
+
+def rank_file(rank: int) -> str:
+    return f"rank-{rank:05d}.pt"
+
+
+def step_dir_name(step: int) -> str:
+    return f"step-{step:08d}"
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _save_tensor_file(obj: Any, path: Path) -> None:
+    with path.open("wb") as fh:
+        torch.save(obj, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def load_tensor_file(path: Path) -> Any:
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except (OSError, RuntimeError, EOFError) as exc:
+        raise CheckpointError(f"cannot read checkpoint file {path}: {exc}") from exc
+
+
+class Checkpointer:
+    """Saves and finds checkpoints of one run; every rank holds one and calls it collectively.
+
+    ``barrier`` synchronises the ranks (``torch.distributed.barrier`` in a job, a no-op alone).
+    """
+
+    def __init__(self, directory: Path, rank: int, world_size: int, keep_last: int,
+                 barrier: Callable[[], None]) -> None:
+        self.directory = Path(directory)
+        self.rank, self.world_size, self.keep_last = rank, world_size, keep_last
+        self.barrier = barrier
+        if rank == 0:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._clean_interrupted()
+        barrier()
+
+    def _clean_interrupted(self) -> None:
+        old_best = self.directory / ".old-best"
+        if old_best.exists() and not (self.directory / BEST).exists():
+            old_best.rename(self.directory / BEST)  # killed mid-swap: the previous best is still whole
+        for tmp in self.directory.glob(".*"):
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def step_dirs(self) -> list[Path]:
+        dirs = [p for p in self.directory.glob("step-*") if STEP_DIR.match(p.name) and (p / META_FILE).is_file()]
+        return sorted(dirs, key=lambda p: p.name)
+
+    def latest(self) -> Path | None:
+        dirs = self.step_dirs()
+        return dirs[-1] if dirs else None
+
+    def save(self, step: int, epoch: int, trainer_state: dict[str, Any], rank_state: dict[str, Any],
+             model_config_json: str, is_best: bool) -> Path:
+        """Collective: rank 0 writes the shared state, each rank its own file; then the directory
+        appears atomically (rename), becomes ``best/`` if ``is_best``, and old ones are pruned."""
+        final = self.directory / step_dir_name(step)
+        tmp = self.directory / f".tmp-{final.name}"
+        if self.rank == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+        self.barrier()
+        _save_tensor_file(rank_state, tmp / rank_file(self.rank))
+        if self.rank == 0:
+            _save_tensor_file(trainer_state, tmp / TRAINER_FILE)
+            (tmp / MODEL_CONFIG_FILE).write_text(model_config_json)
+            meta = {"step": step, "epoch": epoch, "world_size": self.world_size}
+            (tmp / META_FILE).write_text(json.dumps(meta, indent=2))
+        self.barrier()  # every rank's file is on disk before the directory becomes visible
+        if self.rank == 0:
+            _fsync_dir(tmp)
+            if final.exists():  # same step saved again after a resume: replace it whole
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+            _fsync_dir(self.directory)
+            if is_best:
+                self.mark_best(final)
+            self._prune()
+        self.barrier()
+        return final
+
+    def mark_best(self, step_dir: Path) -> None:
+        """Make ``best/`` a copy of ``step_dir`` (hard links; checkpoint files are never rewritten)."""
+        tmp, best, old = self.directory / ".tmp-best", self.directory / BEST, self.directory / ".old-best"
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(step_dir, tmp, copy_function=os.link)
+        if best.exists():
+            os.replace(best, old)
+        os.replace(tmp, best)
+        shutil.rmtree(old, ignore_errors=True)
+
+    def best_step(self) -> int | None:
+        meta = self.directory / BEST / META_FILE
+        return json.loads(meta.read_text())["step"] if meta.is_file() else None
+
+    def ensure_best(self, step: int | None) -> None:
+        """Rank 0, after a resume: a kill between saving and marking best leaves best/ behind."""
+        if self.rank != 0 or step is None or self.best_step() == step:
+            return
+        candidate = self.directory / step_dir_name(step)
+        if candidate.is_dir():
+            self.mark_best(candidate)
+
+    def _prune(self) -> None:
+        for old in self.step_dirs()[: -self.keep_last]:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def load(self, step_dir: Path) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """(trainer state, this rank's state or None when the run had fewer ranks)."""
+        trainer_state = load_tensor_file(step_dir / TRAINER_FILE)
+        own = step_dir / rank_file(self.rank)
+        return trainer_state, load_tensor_file(own) if own.is_file() else None
+
+    def save_calibration(self, temperature: float, logit_shift: float) -> None:
+        """Rank 0: store the fitted calibration beside the best weights (atomic file write)."""
+        best = self.directory / BEST
+        tmp = best / f".{CALIBRATION_FILE}.tmp"
+        _save_tensor_file({"temperature": torch.tensor(temperature, dtype=torch.float64),
+                           "logit_shift": torch.tensor(logit_shift, dtype=torch.float64)}, tmp)
+        os.replace(tmp, best / CALIBRATION_FILE)

@@ -1,0 +1,130 @@
+"""DDP communication hooks: plain all-reduce, fp16/bf16 compression, top-k (with or without error
+feedback). Each hook counts the bytes it hands to collectives, so ratios are measured.
+
+Byte accounting (per rank and optimizer step): ``bytes_sent`` is the size of the tensors this rank
+passes to the collective (all-reduce input, or its own all-gather contribution); ``bytes_dense`` is
+what an fp32 all-reduce of the same buckets would pass. Under ``no_sync`` DDP calls no hook, so only
+the synchronising micro-step counts.
+"""
+
+# No ``from __future__ import annotations`` here: DDP checks the hooks' annotations at runtime
+# (``bucket: dist.GradBucket``), and postponed annotations would be strings.
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn.parallel import DistributedDataParallel
+
+from pipeline.training.compression import TopKCompressor, densify, k_for
+from pipeline.training.config import CompressionConfig
+
+
+class CompressionUnsupported(ValueError):
+    """The configured compression cannot run on this backend."""
+
+
+@dataclass
+class CommState:
+    """Hook state shared by DDP's hook calls within one process."""
+
+    method: str
+    world_size: int
+    names: dict[int, str]  # id(parameter) -> qualified name
+    compressor: TopKCompressor | None = None
+    density: float = 1.0  # of the current step, set by begin_step
+    dense: bool = True  # the current step all-reduces densely (warm-up)
+    step_bytes_sent: int = 0
+    step_bytes_dense: int = 0
+    process_group: dist.ProcessGroup | None = field(default=None, repr=False)
+
+    def begin_step(self, density: float, dense: bool) -> None:
+        self.density, self.dense = density, dense
+        self.step_bytes_sent = self.step_bytes_dense = 0
+
+    def count(self, sent: int, dense: int) -> None:
+        self.step_bytes_sent += sent
+        self.step_bytes_dense += dense
+
+
+def _dense_bytes(buffer: torch.Tensor) -> int:
+    return buffer.numel() * 4  # fp32 all-reduce is the reference
+
+
+def allreduce_hook(state: CommState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    buffer = bucket.buffer()
+    state.count(buffer.numel() * buffer.element_size(), _dense_bytes(buffer))
+    buffer.div_(state.world_size)
+    work = dist.all_reduce(buffer, group=state.process_group, async_op=True)
+    return work.get_future().then(lambda fut: fut.value()[0])
+
+
+def fp16_hook(state: CommState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    buffer = bucket.buffer()
+    state.count(buffer.numel() * 2, _dense_bytes(buffer))
+    return default_hooks.fp16_compress_hook(state.process_group, bucket)
+
+
+def bf16_hook(state: CommState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    buffer = bucket.buffer()
+    state.count(buffer.numel() * 2, _dense_bytes(buffer))
+    return default_hooks.bf16_compress_hook(state.process_group, bucket)
+
+
+def _param_views(bucket: dist.GradBucket) -> list[tuple[torch.nn.Parameter, torch.Tensor, int]]:
+    """(parameter, flat gradient view, offset in the bucket buffer) of every parameter in the bucket."""
+    buffer = bucket.buffer()
+    base, size = buffer.data_ptr(), buffer.element_size()
+    return [(p, g.reshape(-1), (g.data_ptr() - base) // size)
+            for p, g in zip(bucket.parameters(), bucket.gradients(), strict=True)]
+
+
+def topk_hook(state: CommState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """Top-k per parameter; every rank all-gathers the same number of (value, index) pairs."""
+    compressor = state.compressor
+    assert compressor is not None
+    buffer = bucket.buffer()
+    if buffer.dtype != torch.float32:
+        raise CompressionUnsupported(f"top-k compression expects fp32 gradients, got {buffer.dtype}")
+    if state.dense:  # warm-up step: residual (if any) goes out with the dense gradient
+        for p, g, _ in _param_views(bucket):
+            compressor.fold_residual(state.names[id(p)], g)
+        return allreduce_hook(state, bucket)
+    values, indices = [], []
+    for p, g, offset in _param_views(bucket):
+        v, i = compressor.compress(state.names[id(p)], g, k_for(g.numel(), state.density))
+        values.append(v)
+        indices.append(i + offset)
+    # One collective per bucket: fp32 values bit-cast to int32, then int32 bucket offsets.
+    k_total = sum(v.numel() for v in values)
+    payload = torch.cat([torch.cat(values).view(torch.int32), torch.cat(indices).to(torch.int32)])
+    state.count(payload.numel() * payload.element_size(), _dense_bytes(buffer))
+    gathered = [torch.empty_like(payload) for _ in range(state.world_size)]
+    work = dist.all_gather(gathered, payload, group=state.process_group, async_op=True)
+
+    def decode(_: torch.futures.Future) -> torch.Tensor:
+        # Read our own output list: on gloo the future's value layout differs from NCCL's.
+        vals = [t[:k_total].view(torch.float32) for t in gathered]
+        idxs = [t[k_total:].long() for t in gathered]
+        return densify(vals, idxs, buffer.numel(), state.world_size, out=buffer)
+
+    return work.get_future().then(decode)
+
+
+HOOKS = {"allreduce": allreduce_hook, "fp16": fp16_hook, "bf16": bf16_hook, "topk_ef": topk_hook, "topk": topk_hook}
+
+
+def register_compression(model: DistributedDataParallel, config: CompressionConfig, backend: str) -> CommState:
+    """Install the hook of ``config.method`` on ``model``; returns its state (bytes, compressor)."""
+    if config.method == "bf16" and backend != "nccl":
+        raise CompressionUnsupported(
+            f"bf16 gradient compression needs the nccl backend (this run uses {backend}); "
+            "set compression.method = \"fp16\" for CPU/gloo runs")
+    state = CommState(
+        method=config.method,
+        world_size=dist.get_world_size(),
+        names={id(p): name for name, p in model.module.named_parameters()},
+        compressor=TopKCompressor(error_feedback=config.method == "topk_ef") if config.method.startswith("topk") else None,
+    )
+    model.register_comm_hook(state, HOOKS[config.method])
+    return state

@@ -1,0 +1,109 @@
+"""Top-k gradient sparsification with error feedback: the pure arithmetic, no communication.
+
+Per parameter and step (Deep Gradient Compression, Lin et al. 2018; error feedback, Stich et al.):
+
+    acc       = residual + grad            (residual starts at 0)
+    sent      = the k entries of acc with the largest |value|, as (values, indices)
+    residual' = acc with the sent entries set to 0
+
+so ``sent + residual' == acc`` holds exactly (entries are copied or zeroed, never rounded): no
+gradient mass is lost, it is only delayed. Without error feedback (``topk``) the unsent part is
+dropped. ``k`` depends only on the parameter's size and the step's density, so every rank sends
+the same number of entries and fixed-size collectives can gather them.
+
+Residuals are keyed by parameter *name*: DDP rebuilds its buckets after the first iteration, so
+bucket indices do not identify the same gradients across steps (or across a resume).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def k_for(numel: int, density: float) -> int:
+    """Entries sent for a parameter of ``numel`` entries: ceil(numel * density), at least 1."""
+    return max(1, min(numel, math.ceil(numel * density - 1e-9)))
+
+
+def density_at_step(step: int, target: float, dense_warmup_steps: int, decay_steps: int) -> float:
+    """Density of global optimizer ``step``: 1.0 during the dense warm-up, then an exponential decay
+    from 1.0 to ``target`` over ``decay_steps`` steps (DGC's sparsity warm-up), then ``target``."""
+    if target >= 1.0 or step < dense_warmup_steps:
+        return 1.0
+    if decay_steps <= 0:
+        return target
+    progress = min(1.0, (step - dense_warmup_steps) / decay_steps)
+    return max(target, target ** progress)
+
+
+def select_topk(acc: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``k`` entries of flat ``acc`` with the largest magnitude: (values, int64 indices).
+
+    Non-finite entries rank first (torch orders NaN above everything), so a NaN gradient is always
+    sent and every rank sees it: the step is then skipped everywhere, consistently.
+    """
+    _, indices = torch.topk(acc.abs(), k, sorted=False)
+    return acc[indices], indices
+
+
+def densify(values: list[torch.Tensor], indices: list[torch.Tensor], numel: int, world_size: int,
+            out: torch.Tensor | None = None) -> torch.Tensor:
+    """Sum every rank's sparse (values, indices) into a dense vector and divide by ``world_size``.
+
+    Indices chosen by several ranks add up. Ranks are added in rank order, so every replica computes
+    the same bits.
+    """
+    dense = torch.zeros(numel, dtype=values[0].dtype, device=values[0].device) if out is None else out.zero_()
+    for v, i in zip(values, indices, strict=True):
+        dense.index_add_(0, i, v)
+    return dense.div_(world_size)
+
+
+class TopKCompressor:
+    """Per-parameter top-k selection with optional error feedback, residuals keyed by parameter name.
+
+    New residuals are staged and only become the state on :meth:`commit` (after a successful
+    optimizer step); :meth:`discard` (a skipped, non-finite step) leaves the state as it was.
+    """
+
+    def __init__(self, error_feedback: bool) -> None:
+        self.error_feedback = error_feedback
+        self.residuals: dict[str, torch.Tensor] = {}
+        self._staged: dict[str, torch.Tensor] = {}
+
+    def accumulate(self, name: str, grad: torch.Tensor) -> torch.Tensor:
+        """``residual + grad`` (a new tensor; ``grad`` is not modified)."""
+        residual = self.residuals.get(name) if self.error_feedback else None
+        return grad + residual if residual is not None else grad.clone()
+
+    def compress(self, name: str, grad: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Top-k of the accumulated flat gradient of parameter ``name``; stages the new residual."""
+        acc = self.accumulate(name, grad.reshape(-1))
+        values, indices = select_topk(acc, k)
+        if self.error_feedback and bool(torch.isfinite(acc).all()):
+            acc[indices] = 0.0
+            self._staged[name] = acc
+        return values, indices
+
+    def fold_residual(self, name: str, grad: torch.Tensor) -> None:
+        """Dense step: add the residual into ``grad`` in place and stage a zero residual."""
+        residual = self.residuals.get(name) if self.error_feedback else None
+        if residual is not None:
+            grad.add_(residual.view_as(grad))
+            self._staged[name] = torch.zeros_like(residual)
+
+    def commit(self) -> None:
+        self.residuals.update(self._staged)
+        self._staged.clear()
+
+    def discard(self) -> None:
+        self._staged.clear()
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {name: r.detach().cpu().clone() for name, r in self.residuals.items()}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor], device: torch.device | str = "cpu") -> None:
+        self.residuals = {name: r.to(device) for name, r in state.items()}
+        self._staged.clear()

@@ -1,0 +1,138 @@
+"""Typed configuration of the training job, one frozen slice per component.
+
+``conf/<env>/train.toml`` holds one table per slice ([data], [model], [optim], [schedule],
+[compression], [checkpoint], [loop], [faults]); each component receives only its slice.
+The dataset root is the one connection-like setting: ``$FRAUD_DATASET_ROOT`` or the CLI wins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from pipeline.config import ConfigError, env_override, from_dict, load_section
+
+CompressionMethod = Literal["allreduce", "fp16", "bf16", "topk_ef", "topk"]
+LossKind = Literal["weighted_bce", "focal"]
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    # Relative paths resolve under the state directory (pipeline.paths.resolve_state_path).
+    dataset_root: str = env_override("FRAUD_DATASET_ROOT", "datasets/transactions")
+    version: str = ""  # "" = the version LATEST points at
+    global_batch_size: int = 4096  # rows per optimizer step, all ranks and micro-steps together
+    shuffle_window_rows: int = 200_000  # rows held in memory for shuffling (bounds RAM per rank)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    embedding_dim: int = 8
+    hidden_dim: int = 128
+    num_blocks: int = 2
+    dropout: float = 0.1
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    lr: float = 2e-3  # peak learning rate, reached at the end of warmup
+    weight_decay: float = 1e-4
+    beta1: float = 0.9
+    beta2: float = 0.999
+    grad_clip: float = 1.0  # max global L2 norm of the (synchronised) gradient
+    accumulation_steps: int = 1  # micro-steps per optimizer step (no_sync on all but the last)
+    loss: LossKind = "weighted_bce"
+    # Positive-class weight for weighted_bce; <= 0 means sqrt(negatives / positives) of the train split,
+    # a compromise between ignoring the imbalance and fully re-weighting it (calibration fixes the offset).
+    pos_weight: float = 0.0
+    focal_gamma: float = 2.0
+    focal_alpha: float = 0.75  # weight of the positive class in the focal loss
+
+
+@dataclass(frozen=True)
+class ScheduleConfig:
+    warmup_steps: int = 100  # linear ramp 0 -> lr over these optimizer steps
+    min_lr_ratio: float = 0.05  # cosine decays to lr * min_lr_ratio at the last step
+
+
+@dataclass(frozen=True)
+class CompressionConfig:
+    method: CompressionMethod = "topk_ef"
+    density: float = 0.01  # share of each parameter's gradient entries sent per step (top-k)
+    dense_warmup_steps: int = 20  # plain all-reduce for the first steps: gradients are large and noisy
+    # Deep Gradient Compression's sparsity warm-up: density decays exponentially 1 -> density over
+    # this many epochs after the dense steps.
+    density_warmup_epochs: float = 1.0
+    bucket_cap_mb: float = 25.0
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    every_steps: int = 200  # also saved at every epoch end
+    keep_last: int = 3  # step checkpoints kept besides best/
+    resume: bool = True  # resume from the latest checkpoint in the run directory
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    seed: int = 1234
+    epochs: int = 10
+    max_steps: int = 0  # stop after this many optimizer steps in total (0 = run all epochs)
+    log_every: int = 20
+    checksum_every: int = 100  # compare a parameter checksum across ranks every N steps
+    early_stop_patience: int = 3  # epochs without an average-precision gain before stopping
+    early_stop_min_delta: float = 1e-4
+    max_consecutive_skips: int = 5  # non-finite steps in a row before the job fails
+    threads_per_rank: int = 1  # torch intra-op threads per process (ranks share the cores)
+    validate: bool = True  # per-epoch validation (benchmarks measuring throughput turn it off)
+
+
+@dataclass(frozen=True)
+class FaultConfig:
+    """Injected faults, for the tests of the recovery paths. All off in checked-in configs."""
+
+    nan_loss_at_steps: tuple[int, ...] = ()  # rank 0's loss becomes NaN at these global steps
+    sigkill_rank: int = -1  # this rank SIGKILLs itself ...
+    sigkill_at_step: int = 0  # ... when reaching this global step, on the first attempt only
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    compression: CompressionConfig = field(default_factory=CompressionConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    loop: LoopConfig = field(default_factory=LoopConfig)
+    faults: FaultConfig = field(default_factory=FaultConfig)
+
+
+def validate_config(config: TrainConfig, source: str) -> TrainConfig:
+    """Reject values that would fail later in a less obvious way."""
+    checks = [
+        (config.data.global_batch_size > 0, "data.global_batch_size must be > 0"),
+        (config.optim.accumulation_steps >= 1, "optim.accumulation_steps must be >= 1"),
+        (0.0 < config.compression.density <= 1.0, "compression.density must be in (0, 1]"),
+        (config.checkpoint.keep_last >= 1, "checkpoint.keep_last must be >= 1"),
+        (config.checkpoint.every_steps >= 1, "checkpoint.every_steps must be >= 1"),
+        (config.loop.epochs >= 1, "loop.epochs must be >= 1"),
+        (config.loop.max_consecutive_skips >= 1, "loop.max_consecutive_skips must be >= 1"),
+        (config.loop.threads_per_rank >= 1, "loop.threads_per_rank must be >= 1"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise ConfigError(f"{source}: {message}")
+    return config
+
+
+def load_train_config(env: str | None = None, path: Path | None = None) -> TrainConfig:
+    """``conf/<env>/train.toml`` (or an explicit TOML file) as a validated :class:`TrainConfig`."""
+    config = load_section(TrainConfig, "train", env, path)
+    return validate_config(config, str(path or f"conf/{env or 'default'}/train.toml"))
+
+
+def train_config_from_dict(table: dict, source: str = "<dict>") -> TrainConfig:
+    """Build from a nested dict (e.g. a run's config.json without its world_size/backend keys)."""
+    return validate_config(from_dict(TrainConfig, table, source=source), source)

@@ -1,0 +1,104 @@
+"""Process-group setup and the rank-aware helpers of the training job.
+
+Backend: nccl when CUDA is available, gloo otherwise. Under torchrun the rank and world size come
+from the environment (RANK, WORLD_SIZE, LOCAL_RANK); without it the job runs as a world of one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+class ReplicaMismatch(RuntimeError):
+    """Model replicas diverged across ranks: the run cannot be trusted."""
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    rank: int
+    world_size: int
+    local_rank: int
+    backend: str  # "gloo" | "nccl"
+    device: torch.device
+
+    @property
+    def is_rank0(self) -> bool:
+        return self.rank == 0
+
+
+def init_distributed(init_method: str | None = None, rank: int | None = None,
+                     world_size: int | None = None) -> DistEnv:
+    """Join (or create) the default process group. Explicit arguments serve tests that spawn ranks
+    themselves (``init_method="file://..."``); torchrun supplies everything through the environment."""
+    cuda = torch.cuda.is_available()
+    backend = "nccl" if cuda else "gloo"
+    rank = int(os.environ.get("RANK", 0)) if rank is None else rank
+    world_size = int(os.environ.get("WORLD_SIZE", 1)) if world_size is None else world_size
+    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    device = torch.device(f"cuda:{local_rank}") if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        if init_method is None and "MASTER_ADDR" not in os.environ and world_size == 1:
+            # A lone process (no torchrun): an in-memory store needs no port.
+            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+        else:
+            dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size)
+    return DistEnv(rank, world_size, local_rank, backend, device)
+
+
+def destroy_distributed() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def barrier() -> None:
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()
+
+
+def log_rank0(message: str) -> None:
+    """Print once per job (rank 0), flushed so torchrun's merged output stays ordered."""
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        print(message, flush=True)
+
+
+def log_rank(message: str) -> None:
+    """Print from every rank, prefixed with the rank (errors and per-rank facts)."""
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    print(f"[rank {rank}] {message}", file=sys.stderr, flush=True)
+
+
+def parameter_fingerprint(tensors: list[torch.Tensor]) -> int:
+    """A 63-bit digest of the exact bytes of ``tensors`` (in order): equal iff bit-identical (w.h.p.)."""
+    h = hashlib.blake2b(digest_size=8)
+    for t in tensors:
+        h.update(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return int.from_bytes(h.digest(), "little") >> 1
+
+
+def mismatched_ranks(fingerprints: list[int]) -> list[int]:
+    """Ranks whose fingerprint differs from rank 0's."""
+    return [r for r, f in enumerate(fingerprints) if f != fingerprints[0]]
+
+
+def check_replicas(model: torch.nn.Module, step: int, device: torch.device) -> None:
+    """Collective: compare every rank's parameter fingerprint; raise :class:`ReplicaMismatch` on all
+    ranks when any differs."""
+    if dist.get_world_size() == 1:
+        return
+    mine = torch.tensor([parameter_fingerprint(list(model.parameters()))], dtype=torch.int64, device=device)
+    every = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(every, mine)
+    bad = mismatched_ranks([int(t.item()) for t in every])
+    if bad:
+        raise ReplicaMismatch(
+            f"parameters differ across ranks at step {step} (ranks {bad} disagree with rank 0): "
+            "the replicas diverged; the run is stopped. Resume from the last checkpoint; if it recurs, "
+            "check for nondeterministic kernels or a faulty host")

@@ -1,0 +1,102 @@
+"""Validation: score a split with the current model and compute the standard metric set.
+
+Metrics come from :mod:`pipeline.metrics` (the one implementation). Scoring is sharded: each rank
+scores its rows, then the results are gathered so every rank holds the same arrays and computes
+the same metrics, hence takes the same early-stopping decision without another message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import torch
+import torch.distributed as dist
+
+from models.fraud_mlp import FraudModel
+from pipeline.datasets.manifest import DatasetManifest
+from pipeline.metrics import classification_report
+from pipeline.training.data import iter_eval_chunks
+
+
+@dataclass
+class ScoredSplit:
+    logits: np.ndarray  # float32, uncalibrated
+    labels: np.ndarray  # int64 0/1
+    card_ids: np.ndarray  # str
+    days: np.ndarray  # str YYYY-MM-DD (UTC) of event_time
+    transaction_ids: np.ndarray  # str
+    event_times: np.ndarray  # datetime64[us]
+
+    @staticmethod
+    def concat(parts: list[ScoredSplit]) -> ScoredSplit:
+        return ScoredSplit(*(np.concatenate([getattr(p, f) for p in parts]) for f in (
+            "logits", "labels", "card_ids", "days", "transaction_ids", "event_times")))
+
+
+@torch.no_grad()
+def score_split(model: FraudModel, root: Path, manifest: DatasetManifest, split: str, rank: int, world: int,
+                device: torch.device) -> ScoredSplit:
+    """Uncalibrated logits of this rank's rows of ``split`` (model put in eval mode, then restored)."""
+    was_training = model.training
+    model.eval()
+    parts = []
+    for batch, ids in iter_eval_chunks(root, manifest, split, rank, world, with_ids=True):
+        logits = model(batch.numeric.to(device), batch.categorical.to(device)).float().cpu().numpy()
+        times = ids.column(manifest.id_columns[2])
+        parts.append(ScoredSplit(
+            logits=logits, labels=batch.label.numpy().astype(np.int64),
+            card_ids=np.asarray(ids.column(manifest.id_columns[1]).to_pylist(), dtype=str),
+            days=np.asarray(pc.strftime(times, format="%Y-%m-%d").to_pylist(), dtype=str),
+            transaction_ids=np.asarray(ids.column(manifest.id_columns[0]).to_pylist(), dtype=str),
+            event_times=times.to_numpy().astype("datetime64[us]"),
+        ))
+    model.train(was_training)
+    if not parts:
+        empty = np.array([], dtype=str)
+        return ScoredSplit(np.array([], np.float32), np.array([], np.int64), empty, empty, empty,
+                           np.array([], "datetime64[us]"))
+    return ScoredSplit.concat(parts)
+
+
+def gather_scored(local: ScoredSplit) -> ScoredSplit:
+    """All ranks' rows, concatenated in rank order, on every rank (collective)."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return local
+    parts: list[ScoredSplit | None] = [None] * dist.get_world_size()
+    dist.all_gather_object(parts, local)
+    return ScoredSplit.concat([p for p in parts if p is not None])
+
+
+def split_metrics(scored: ScoredSplit, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+                  temperature: float = 1.0, logit_shift: float = 0.0) -> dict[str, float]:
+    """The epochs.jsonl metric set: val_loss (training loss on these rows), AUC-ROC, average precision,
+    recall at 1% FPR, card precision@100 and ECE of ``sigmoid((logit + shift) / temperature)``."""
+    logits = torch.from_numpy(scored.logits).float()
+    labels = torch.from_numpy(scored.labels).float()
+    val_loss = float(loss_fn(logits, labels)) if len(labels) else float("nan")
+    probs = torch.sigmoid((logits.double() + logit_shift) / temperature).numpy()
+    report = classification_report(scored.labels, probs, scored.card_ids, scored.days)
+    return {
+        "val_loss": val_loss,
+        "auc_roc": report["auc_roc"],
+        "average_precision": report["average_precision"],
+        "recall_at_1pct_fpr": report["recall_at_1pct_fpr"],
+        "card_precision_at_100": report["card_precision_at_100"],
+        "ece": report["ece"],
+    }
+
+
+def scores_table(scored: ScoredSplit, probabilities: np.ndarray) -> pa.Table:
+    """validation_scores.parquet rows: transaction_id, card_id, event_time, score, label."""
+    return pa.table({
+        "transaction_id": scored.transaction_ids.astype(object),
+        "card_id": scored.card_ids.astype(object),
+        "event_time": pa.array(scored.event_times, pa.timestamp("us", "UTC")),
+        "score": probabilities.astype(np.float64),
+        "label": scored.labels.astype(np.int64),
+    })

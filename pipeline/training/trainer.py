@@ -1,0 +1,346 @@
+"""The training job, as a story: restore -> loop train_step -> checkpoint -> validate -> early stop
+-> calibrate -> export. Components (data stream, DDP model with its communication hook, optimizer,
+checkpointer) are built from their config slices in ``__init__``; ``state`` holds only what a resume
+needs besides weights, optimizer and residuals.
+
+Every rank runs the same code; collectives (DDP, checksums, validation gather, checkpoint barriers)
+keep them in step. Only rank 0 writes the shared run-directory files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import resource
+import signal
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from models.fraud_mlp import FraudModel, FraudModelConfig
+from pipeline.config import to_dict
+from pipeline.datasets.manifest import load_manifest
+from pipeline.training import run_dir as files
+from pipeline.training.checkpoint import Checkpointer
+from pipeline.training.comm_hooks import register_compression
+from pipeline.training.compression import density_at_step
+from pipeline.training.config import TrainConfig
+from pipeline.training.data import DataConfigError, TrainStream, feature_moments, normalization_from_moments
+from pipeline.training.distributed import DistEnv, barrier, check_replicas, log_rank, log_rank0
+from pipeline.training.finalize import finalize_run
+from pipeline.training.loss import make_loss
+from pipeline.training.progress import ProgressLine, format_progress
+from pipeline.training.schedule import lr_at_step
+
+
+class TrainingDiverged(RuntimeError):
+    """Too many consecutive optimizer steps had a non-finite loss or gradient."""
+
+
+class RunDirectoryInUse(RuntimeError):
+    """The run directory already holds checkpoints and resuming is off."""
+
+
+@dataclasses.dataclass
+class TrainerState:
+    global_step: int = 0  # optimizer steps done
+    epoch: int = 0  # epoch of the next step
+    step_in_epoch: int = 0  # next step within that epoch (the data position)
+    best_ap: float = -math.inf
+    best_step: int = -1
+    best_epoch: int = -1
+    best_metrics: dict[str, float] = dataclasses.field(default_factory=dict)
+    epochs_without_improvement: int = 0
+    stopped_early: bool = False
+    skipped_steps: int = 0
+    consecutive_skips: int = 0
+    bytes_sent_total: int = 0  # this rank's bytes handed to gradient collectives
+    bytes_dense_total: int = 0  # what fp32 all-reduce would have handed over
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+class Trainer:
+    def __init__(self, config: TrainConfig, run_dir: Path, dataset_root: Path, env: DistEnv) -> None:
+        self.config, self.env = config, env
+        self.run_dir, self.dataset_root = Path(run_dir), Path(dataset_root)
+        torch.set_num_threads(config.loop.threads_per_rank)
+        self.manifest = load_manifest(self.dataset_root, config.data.version or None)
+        torch.manual_seed(config.loop.seed)
+        self.model_config = FraudModelConfig(
+            numeric_features=self.manifest.numeric_features,
+            categorical_features=dict(self.manifest.categorical_features), **to_dict(config.model))
+        self.model = FraudModel(self.model_config).to(env.device)
+        self.data = TrainStream(self.dataset_root, self.manifest, env.rank, env.world_size,
+                                self._micro_batch_rows(), config.optim.accumulation_steps,
+                                config.data.shuffle_window_rows, config.loop.seed)
+        full = self.data.steps_per_epoch * config.loop.epochs
+        self.total_steps = min(full, config.loop.max_steps) if config.loop.max_steps > 0 else full
+        self.ddp = DistributedDataParallel(
+            self.model, device_ids=[env.device] if env.device.type == "cuda" else None,
+            bucket_cap_mb=config.compression.bucket_cap_mb,
+            forward_sync_buffers=False)  # buffers (normalisation, temperature) never change while training
+        self.comm = register_compression(self.ddp, config.compression, env.backend)
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay,
+            betas=(config.optim.beta1, config.optim.beta2))
+        train_shards = self.manifest.shards_for("train")
+        frauds = sum(s.frauds for s in train_shards)
+        self.loss_fn = make_loss(config.optim, frauds, sum(s.rows for s in train_shards) - frauds)
+        self.checkpointer = Checkpointer(self.run_dir / files.CHECKPOINTS, env.rank, env.world_size,
+                                         config.checkpoint.keep_last, barrier)
+        self.state = TrainerState()
+        self.progress = ProgressLine()
+        self.loop_seconds = 0.0  # time in data loading + train steps (throughput, not wall)
+        self.loop_samples = 0
+
+    def _micro_batch_rows(self) -> int:
+        parts = self.env.world_size * self.config.optim.accumulation_steps
+        if self.config.data.global_batch_size % parts:
+            raise DataConfigError(
+                f"data.global_batch_size={self.config.data.global_batch_size} does not split evenly over "
+                f"{self.env.world_size} processes x {self.config.optim.accumulation_steps} accumulation steps")
+        return self.config.data.global_batch_size // parts
+
+    # ---- the story -------------------------------------------------------------------------
+
+    def train(self) -> dict[str, Any] | None:
+        """Run to completion (or early stop); returns the summary on rank 0, None elsewhere."""
+        started = time.time()
+        if not self._restore():
+            self._fit_normalization()
+        if self.env.is_rank0:
+            self._write_inputs()
+        log_rank0(f"training {self.manifest.dataset}@{self.manifest.version}: {self.total_steps} steps "
+                  f"({self.data.steps_per_epoch}/epoch), {self.env.world_size} x {self.env.backend}, "
+                  f"compression {self.config.compression.method}, resuming at step {self.state.global_step}")
+        while not self._finished():
+            self._train_epoch()
+        peaks = self._gather_peak_rss()
+        summary = None
+        if self.env.is_rank0:
+            self.progress.finish()
+            self.checkpointer.ensure_best(self.state.best_step if self.state.best_step >= 0 else None)
+            summary = finalize_run(self, started, peaks)
+        barrier()
+        return summary
+
+    def _finished(self) -> bool:
+        return (self.state.stopped_early or self.state.global_step >= self.total_steps
+                or self.state.epoch >= self.config.loop.epochs)
+
+    def _train_epoch(self) -> None:
+        epoch = self.state.epoch
+        steps = self.data.epoch(epoch, self.state.step_in_epoch)
+        tick = time.perf_counter()
+        for micro_batches in steps:
+            self._maybe_inject_kill()
+            self.train_step(micro_batches)
+            self.loop_seconds += time.perf_counter() - tick
+            self._after_step()
+            if self.state.global_step >= self.total_steps:
+                break
+            tick = time.perf_counter()
+        if self.state.step_in_epoch == self.data.steps_per_epoch:
+            self.state.epoch, self.state.step_in_epoch = epoch + 1, 0
+        is_best = self._validate(epoch)
+        self._save(epoch, is_best)
+
+    def train_step(self, micro_batches: list) -> None:
+        """One optimizer step: micro-batches under ``no_sync`` but the last, clip, then AdamW.
+
+        A non-finite gradient (every rank sees the same synchronised gradient, so all agree) skips
+        the step: no update, error-feedback residuals unchanged.
+        """
+        step, cfg = self.state.global_step, self.config
+        self.comm.begin_step(
+            density_at_step(step, cfg.compression.density, cfg.compression.dense_warmup_steps,
+                            round(cfg.compression.density_warmup_epochs * self.data.steps_per_epoch)),
+            dense=step < cfg.compression.dense_warmup_steps)
+        lr = lr_at_step(step, cfg.optim.lr, self.total_steps, cfg.schedule)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.optimizer.zero_grad(set_to_none=True)
+        loss_sum = 0.0
+        for i, batch in enumerate(micro_batches):
+            sync = i == len(micro_batches) - 1
+            with nullcontext() if sync else self.ddp.no_sync(), self._autocast():
+                logits = self.ddp(batch.numeric.to(self.env.device), batch.categorical.to(self.env.device))
+                loss = self.loss_fn(logits.float(), batch.label.to(self.env.device)) / len(micro_batches)
+                if self.env.is_rank0 and step in cfg.faults.nan_loss_at_steps:
+                    loss = loss * float("nan")
+                loss.backward()
+            loss_sum += float(loss.detach())
+            self.loop_samples += len(batch) * self.env.world_size
+        grad_norm = torch.nn.utils.clip_grad_norm_(
+            self.model.parameters(), cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else math.inf)
+        if torch.isfinite(grad_norm):
+            self.optimizer.step()
+            self._compressor_done(commit=True)
+            self.state.consecutive_skips = 0
+        else:
+            self._skip_step(step)
+        self.state.bytes_sent_total += self.comm.step_bytes_sent
+        self.state.bytes_dense_total += self.comm.step_bytes_dense
+        self.state.global_step += 1
+        self.state.step_in_epoch += 1
+        self.last_loss, self.last_lr = loss_sum, lr
+
+    def _skip_step(self, step: int) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        self._compressor_done(commit=False)
+        self.state.skipped_steps += 1
+        self.state.consecutive_skips += 1
+        log_rank0(f"step {step}: non-finite loss or gradient, step skipped "
+                  f"({self.state.consecutive_skips} in a row, {self.state.skipped_steps} in total)")
+        if self.state.consecutive_skips >= self.config.loop.max_consecutive_skips:
+            raise TrainingDiverged(
+                f"{self.state.consecutive_skips} consecutive steps had a non-finite loss or gradient "
+                f"(last at step {step}): training diverged. Lower optim.lr, check the input features for "
+                f"corrupt values, or resume from an earlier checkpoint in {self.checkpointer.directory}")
+
+    def _compressor_done(self, commit: bool) -> None:
+        compressor = self.comm.compressor
+        if compressor is not None:
+            compressor.commit() if commit else compressor.discard()
+
+    def _autocast(self):
+        if self.env.device.type == "cuda":
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return nullcontext()
+
+    def _after_step(self) -> None:
+        cfg, step = self.config, self.state.global_step
+        if step % cfg.loop.log_every == 0 or step == 1:
+            self._log_step()
+        if step % cfg.loop.checksum_every == 0:
+            check_replicas(self.model, step, self.env.device)
+        mid_epoch = 0 < self.state.step_in_epoch < self.data.steps_per_epoch
+        if step % cfg.checkpoint.every_steps == 0 and mid_epoch and step < self.total_steps:
+            self._save(self.state.epoch, is_best=False)
+
+    def _log_step(self) -> None:
+        now = time.perf_counter()
+        last = getattr(self, "_last_log", None)
+        rate = (self.loop_samples - last[1]) / max(self.loop_seconds - last[0], 1e-9) if last else 0.0
+        self._last_log = (self.loop_seconds, self.loop_samples, now)
+        if not self.env.is_rank0:
+            return
+        record = {
+            "step": self.state.global_step, "epoch": self.state.epoch, "loss": self.last_loss, "lr": self.last_lr,
+            "density": self.comm.density if not self.comm.dense else 1.0,
+            "bytes_sent": self.comm.step_bytes_sent, "bytes_dense": self.comm.step_bytes_dense,
+            "samples_per_s": rate, "skipped_steps": self.state.skipped_steps, "time": time.time(),
+        }
+        files.append_jsonl(self.run_dir, files.STEPS_FILE, record)
+        self.progress.update(format_progress(
+            self.state.global_step, self.total_steps, self.state.epoch, rate, self.last_loss, self.last_lr,
+            record["density"], record["bytes_sent"], record["bytes_dense"]))
+
+    # ---- validation and checkpoints ---------------------------------------------------------
+
+    def _validate(self, epoch: int) -> bool:
+        """Per-epoch validation, best tracking and early stopping. Returns whether this is the best."""
+        if not self.config.loop.validate:
+            return True  # without validation the latest weights are the ones exported
+        from pipeline.training.evaluate import gather_scored, score_split, split_metrics
+
+        scored = gather_scored(score_split(self.model, self.dataset_root, self.manifest, "validation",
+                                           self.env.rank, self.env.world_size, self.env.device))
+        metrics = split_metrics(scored, self.loss_fn)
+        ap = metrics["average_precision"]
+        improved = self.state.best_step < 0 or (
+            not math.isnan(ap) and ap > self.state.best_ap + self.config.loop.early_stop_min_delta)
+        if improved:
+            self.state.best_ap = ap if not math.isnan(ap) else -math.inf
+            self.state.best_step, self.state.best_epoch = self.state.global_step, epoch
+            self.state.best_metrics = metrics
+            self.state.epochs_without_improvement = 0
+        else:
+            self.state.epochs_without_improvement += 1
+            self.state.stopped_early = self.state.epochs_without_improvement >= self.config.loop.early_stop_patience
+        if self.env.is_rank0:
+            self.progress.finish()
+            files.append_jsonl(self.run_dir, files.EPOCHS_FILE,
+                               {"epoch": epoch, "step": self.state.global_step, **metrics, "time": time.time()})
+            log_rank0(f"epoch {epoch}: val_loss {metrics['val_loss']:.4f} auc {metrics['auc_roc']:.4f} "
+                      f"ap {ap:.4f} card_precision@100 {metrics['card_precision_at_100']:.3f}"
+                      + (" (best)" if improved else "") + (" -> early stop" if self.state.stopped_early else ""))
+        return improved
+
+    def _save(self, epoch: int, is_best: bool) -> None:
+        rank_state: dict[str, Any] = {"rng_cpu": torch.get_rng_state()}
+        if self.env.device.type == "cuda":
+            rank_state["rng_cuda"] = torch.cuda.get_rng_state(self.env.device)
+        if self.comm.compressor is not None:
+            rank_state["residuals"] = self.comm.compressor.state_dict()
+        trainer_state = None
+        if self.env.is_rank0:
+            trainer_state = {"model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
+                             "optimizer": self.optimizer.state_dict(),
+                             "trainer": dataclasses.asdict(self.state)}
+        self.checkpointer.save(self.state.global_step, epoch, trainer_state, rank_state,
+                               self.model_config.to_json(), is_best)
+
+    def _restore(self) -> bool:
+        latest = self.checkpointer.latest()
+        if latest is None:
+            return False
+        if not self.config.checkpoint.resume:
+            raise RunDirectoryInUse(
+                f"{self.run_dir} already has checkpoints (latest {latest.name}) and resuming is off: "
+                "pass --resume to continue it or choose a new --run-name")
+        trainer_state, rank_state = self.checkpointer.load(latest)
+        self.model.load_state_dict(trainer_state["model"])
+        self.optimizer.load_state_dict(trainer_state["optimizer"])
+        self.state = TrainerState(**trainer_state["trainer"])
+        if rank_state is None:
+            log_rank(f"checkpoint {latest.name} has no state for this rank (world size changed): "
+                     "starting with empty residuals and a fresh RNG stream")
+        else:
+            torch.set_rng_state(rank_state["rng_cpu"])
+            if "rng_cuda" in rank_state and self.env.device.type == "cuda":
+                torch.cuda.set_rng_state(rank_state["rng_cuda"], self.env.device)
+            if self.comm.compressor is not None and "residuals" in rank_state:
+                self.comm.compressor.load_state_dict(rank_state["residuals"], self.env.device)
+        if self.env.is_rank0:
+            files.truncate_after_step(self.run_dir, files.STEPS_FILE, self.state.global_step)
+            files.truncate_after_step(self.run_dir, files.EPOCHS_FILE, self.state.global_step)
+        log_rank0(f"resumed from {latest} (step {self.state.global_step}, epoch {self.state.epoch})")
+        return True
+
+    def _fit_normalization(self) -> None:
+        """Training-set mean/std of the numeric features, summed over every rank's rows."""
+        moments = feature_moments(self.dataset_root, self.manifest, self.env.rank, self.env.world_size)
+        moments = moments.to(self.env.device)
+        if self.env.world_size > 1:
+            dist.all_reduce(moments)
+        mean, std = normalization_from_moments(moments.cpu())
+        self.model.set_normalization(mean.to(self.env.device), std.to(self.env.device))
+
+    def _write_inputs(self) -> None:
+        config = {**to_dict(self.config), "world_size": self.env.world_size, "backend": self.env.backend}
+        files.write_run_inputs(self.run_dir, config, self.manifest, self.dataset_root)
+
+    def _maybe_inject_kill(self) -> None:
+        faults = self.config.faults
+        first_attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) == 0
+        if first_attempt and self.env.rank == faults.sigkill_rank and self.state.global_step == faults.sigkill_at_step:
+            log_rank(f"fault injection: SIGKILL at step {self.state.global_step}")
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def _gather_peak_rss(self) -> list[float]:
+        mine = peak_rss_mb()
+        if self.env.world_size == 1:
+            return [mine]
+        every: list[float | None] = [None] * self.env.world_size
+        dist.all_gather_object(every, mine)
+        return [float(x) for x in every if x is not None]
