@@ -35,7 +35,8 @@ def kafka_from_cli(ctx: click.Context, bootstrap_servers: str | None) -> KafkaCo
 def publish_with_progress(kafka: KafkaConfig, topic: str, kind: Kind, records: Iterable[dict[str, Any]],
                           total: int, console: Console) -> DeliveryReport:
     """:func:`publish_records` under a progress bar; ``KafkaUnavailable`` becomes a ClickException."""
-    columns = (TextColumn(f"{topic} [{kind.value}]"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    columns = (TextColumn(f"{topic} ({kind.value})", markup=False), BarColumn(), MofNCompleteColumn(),
+               TimeRemainingColumn())
     with Progress(*columns, console=console, transient=False) as bar:
         task = bar.add_task("publish", total=total)
         try:
@@ -64,7 +65,7 @@ def require_delivered(reports: list[DeliveryReport]) -> None:
 def produce(ctx: click.Context, path: Path, topic: str | None, strict: bool, reject_file: Path | None,
             bootstrap_servers: str | None) -> None:
     """Validate every line against the event contract and publish the valid ones, keyed per contract."""
-    console = Console()
+    console = Console(soft_wrap=True)  # long lines stay whole in logs
     kafka = kafka_from_cli(ctx, bootstrap_servers)
     try:
         scan = scan_events(read_event_lines(path))
@@ -84,7 +85,7 @@ def produce(ctx: click.Context, path: Path, topic: str | None, strict: bool, rej
     reports = [publish_with_progress(kafka, t, kind, records, len(records), console)
                for (t, kind), records in groups.items()]
     for report, (t, kind) in zip(reports, groups, strict=True):
-        console.print(f"{t} [{kind.value}]: sent {report.sent}, failed {report.failed}")
+        console.print(f"{t} ({kind.value}): sent {report.sent}, failed {report.failed}")
     rejected = ", ".join(f"{reason} {n}" for reason, n in scan.reject_counts().items()) or "none"
     console.print(f"lines: {len(scan.valid) + len(scan.rejected)}; valid {len(scan.valid)}; rejected: {rejected}")
     require_delivered(reports)

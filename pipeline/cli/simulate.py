@@ -47,7 +47,7 @@ def simulate_command(ctx: click.Context, days: int | None, num_cards: int | None
         config = dataclasses.replace(config, **{k: v for k, v in overrides.items() if v is not None})
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from exc
-    console = Console()
+    console = Console(soft_wrap=True)  # long lines stay whole in logs
     started = time.perf_counter()
     sim = simulate(config)
     elapsed = time.perf_counter() - started

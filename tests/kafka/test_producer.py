@@ -86,6 +86,9 @@ def test_produce_routes_each_kind_and_writes_rejects(kafka_config: KafkaConfig, 
     assert result.exit_code == 0, result.output
     assert "line 16: malformed_json" in result.output
     assert "line 17: bad_currency (currency)" in result.output
+    assert f"{kafka_config.transactions_topic} (transaction): sent 30, failed 0" in result.output
+    assert f"{kafka_config.labels_topic} (label): sent 10, failed 0" in result.output
+    assert "rejected: bad_currency 1, malformed_json 1" in result.output
     tx_back = read_topic(kafka_config, kafka_config.transactions_topic)
     label_back = read_topic(kafka_config, kafka_config.labels_topic)
     assert sorted(json.loads(r.value)["transaction_id"] for r in tx_back) == sorted(r["transaction_id"] for r in txs)
