@@ -31,7 +31,8 @@ class FraudModelConfig:
     dropout: float = 0.1
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2, sort_keys=True)
+        # No sort_keys: the order of categorical_features is the order of the embedding tables.
+        return json.dumps(asdict(self), indent=2)
 
     @staticmethod
     def from_json(text: str) -> FraudModelConfig:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import re
 import shutil
 from collections.abc import Callable
@@ -65,7 +66,7 @@ def _save_tensor_file(obj: Any, path: Path) -> None:
 def load_tensor_file(path: Path) -> Any:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
-    except (OSError, RuntimeError, EOFError) as exc:
+    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as exc:
         raise CheckpointError(f"cannot read checkpoint file {path}: {exc}") from exc
 
 
