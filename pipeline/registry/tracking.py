@@ -1,0 +1,174 @@
+"""Log a finished training run directory into MLflow and register its model as ``challenger``.
+
+One MLflow run per training run: the whole config as params; rank-0 step metrics and per-epoch
+validation metrics at their global step; summary figures; lineage tags (dataset name, version and
+content hash, Kafka offset ranges, git commit) on the run *and* on the model version, so an operator
+holding only a version number finds the exact data it saw; PNG plots; the pyfunc model.
+
+Registering the same run directory twice (a retried DAG task) returns the existing version.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import mlflow
+import numpy as np
+import pandas as pd
+from mlflow import MlflowClient
+from mlflow.entities import Metric
+from mlflow.utils.validation import MAX_METRICS_PER_BATCH, MAX_PARAM_VAL_LENGTH, MAX_TAG_VAL_LENGTH
+
+from pipeline.config import PROJECT_ROOT, flatten
+from pipeline.datasets.manifest import DatasetManifest
+from pipeline.registry import plots
+from pipeline.registry.config import RegistryConfig
+from pipeline.registry.model_package import log_pyfunc_model, register_version
+from pipeline.registry.run_dir import TrainingRun, read_training_run
+from pipeline.registry.store import CHALLENGER, connect, ensure_experiment
+
+log = logging.getLogger(__name__)
+
+STEP_METRICS = ("loss", "lr", "density", "bytes_sent", "bytes_dense", "samples_per_s", "skipped_steps")
+EPOCH_METRICS = ("auc_roc", "average_precision", "recall_at_1pct_fpr", "card_precision_at_100", "ece")
+SUMMARY_METRICS = ("global_step", "epochs", "best_epoch", "temperature", "bytes_sent_total",
+                   "bytes_dense_total", "wall_s", "peak_rss_mb")
+FINGERPRINT_TAG = "fraud.run_fingerprint"
+
+
+def git_commit() -> str:
+    """HEAD of the project checkout doing the registering (training and registering share it)."""
+    try:
+        out = subprocess.run(["git", "-C", str(PROJECT_ROOT), "rev-parse", "HEAD"],
+                             capture_output=True, text=True, timeout=10, check=True)
+        return out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def dataset_lineage_tags(manifest: DatasetManifest, dataset_root: Path | None) -> dict[str, str]:
+    """Where a model's data came from: enough to find and rebuild the exact training set."""
+    offsets = json.dumps(manifest.kafka_offsets, sort_keys=True, separators=(",", ":"))
+    if len(offsets) > MAX_TAG_VAL_LENGTH:  # very many partitions: the full map is in run/dataset.json
+        offsets = "too long for a tag: see artifact run/dataset.json"
+    return {
+        "dataset.name": manifest.dataset,
+        "dataset.version": manifest.version,
+        "dataset.content_hash": manifest.content_hash,
+        "dataset.kafka_offsets": offsets,
+        "dataset.splits": json.dumps({k: [w.start, w.end] for k, w in manifest.splits.items()}, sort_keys=True),
+        "dataset.label_cutoff": manifest.label_cutoff,
+        "dataset.root": str(dataset_root or ""),
+    }
+
+
+def code_lineage_tags(training_config: dict[str, Any]) -> dict[str, str]:
+    commit = str(training_config.get("git_commit") or git_commit())
+    return {"git.commit": commit, "mlflow.source.git.commit": commit}
+
+
+def lineage_tags(run: TrainingRun) -> dict[str, str]:
+    """Dataset, code and run lineage of a finished training run."""
+    return {
+        **dataset_lineage_tags(run.dataset, run.dataset_root),
+        **code_lineage_tags(run.config),
+        "training.run_name": run.name,
+        "training.run_dir": str(run.path),
+        FINGERPRINT_TAG: run.fingerprint,
+    }
+
+
+def _timestamp_ms(record: dict[str, Any]) -> int:
+    t = record.get("time")
+    if not isinstance(t, int | float):
+        return int(time.time() * 1000)
+    return int(t if t > 1e11 else t * 1000)  # seconds (time.time()) or already milliseconds
+
+
+def _metric_series(records: list[dict[str, Any]], keys: tuple[str, ...], prefix: str) -> list[Metric]:
+    out = []
+    for r in records:
+        for key in keys:
+            value = r.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                out.append(Metric(f"{prefix}{key}", float(value), _timestamp_ms(r), int(r.get("step", 0))))
+    return out
+
+
+def _log_metrics(client: MlflowClient, run_id: str, run: TrainingRun) -> None:
+    metrics = _metric_series(run.steps, STEP_METRICS, "train_")
+    # Epoch metrics at the global step where they were measured, so they line up with the loss.
+    metrics += _metric_series(run.epochs, ("val_loss", "epoch"), "")
+    metrics += _metric_series(run.epochs, EPOCH_METRICS, "val_")
+    final_step = int(run.summary.get("global_step") or 0)
+    best = run.summary.get("best_metrics") or {}
+    metrics += _metric_series([{**best, "step": final_step}], ("val_loss", *EPOCH_METRICS), "best_")
+    metrics += _metric_series([{**run.summary, "step": final_step}], SUMMARY_METRICS, "")
+    for i in range(0, len(metrics), MAX_METRICS_PER_BATCH):
+        client.log_batch(run_id, metrics=metrics[i : i + MAX_METRICS_PER_BATCH])
+
+
+def _log_plots(run: TrainingRun) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp)
+        plots.plot_training_curves(run.steps, run.epochs, out / "training_curves.png")
+        if run.validation_scores.is_file():
+            scores = pd.read_parquet(run.validation_scores, columns=["score", "label"])
+            labels, values = scores["label"].to_numpy(np.int64), scores["score"].to_numpy(np.float64)
+            finite = np.isfinite(values)
+            if 0 < labels[finite].sum() < finite.sum():
+                plots.write_score_plots(labels[finite], values[finite], out)
+            else:
+                log.warning("validation scores of %s hold one class only: no ROC/PR/calibration plots", run.name)
+        else:
+            log.warning("%s has no validation_scores.parquet: no ROC/PR/calibration plots", run.path)
+        mlflow.log_artifacts(str(out), artifact_path="plots")
+
+
+def find_registered_version(client: MlflowClient, config: RegistryConfig, run: TrainingRun) -> int | None:
+    """The version already registered from this exact run directory, if any."""
+    experiment = client.get_experiment_by_name(config.experiment_name)
+    if experiment is None:
+        return None
+    runs = client.search_runs([experiment.experiment_id], f"tags.`{FINGERPRINT_TAG}` = '{run.fingerprint}'")
+    for mlflow_run in runs:
+        versions = client.search_model_versions(f"name = '{config.model_name}' and run_id = '{mlflow_run.info.run_id}'")
+        if versions:
+            return max(int(v.version) for v in versions)
+    return None
+
+
+def register_run(run_dir: Path, config: RegistryConfig) -> int:
+    """Log ``run_dir`` as an MLflow run, register its model and point ``challenger`` at it.
+
+    Returns the version number. Raises RunDirError for an unfinished/incomplete run and
+    TrackingUnavailable when the store cannot be reached; neither leaves a new version behind.
+    """
+    run = read_training_run(run_dir)
+    client = connect(config)
+    version = find_registered_version(client, config, run)
+    if version is None:
+        version = _log_and_register(client, config, run)
+    client.set_registered_model_alias(config.model_name, CHALLENGER, str(version))
+    return version
+
+
+def _log_and_register(client: MlflowClient, config: RegistryConfig, run: TrainingRun) -> int:
+    experiment_id = ensure_experiment(client, config)
+    tags = lineage_tags(run)
+    with mlflow.start_run(experiment_id=experiment_id, run_name=run.name, tags=tags) as active:
+        run_id = active.info.run_id
+        params = {k: ("" if v is None else str(v))[:MAX_PARAM_VAL_LENGTH] for k, v in flatten(run.config).items()}
+        mlflow.log_params(params)
+        _log_metrics(client, run_id, run)
+        for name in ("config.json", "dataset.json", "summary.json"):
+            mlflow.log_artifact(str(run.path / name), artifact_path="run")
+        _log_plots(run)
+        info = log_pyfunc_model(run.model_dir)
+    return register_version(config.model_name, info.model_uri, {**tags, "source": "training-run"})

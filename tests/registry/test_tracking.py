@@ -1,0 +1,107 @@
+"""Logging a training run into MLflow and registering it as challenger (real SQLite store)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
+
+import mlflow
+import numpy as np
+import pytest
+
+from pipeline.datasets.reader import read_split
+from pipeline.registry.config import RegistryConfig
+from pipeline.registry.errors import RunDirError
+from pipeline.registry.store import CHALLENGER, connect, version_by_alias
+from pipeline.registry.tracking import register_run
+from tests.registry import factory
+from tests.registry.conftest import version_artifact_dir
+
+
+@pytest.fixture(scope="module")
+def registered(world):
+    """One run registered once for the read-only assertions below."""
+    config = replace(RegistryConfig(), model_name="fd-tracking")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("FRAUD_STATE_DIR", str(world.state))
+        run_dir = world.run_dir("tracked", world.good)
+        version = register_run(run_dir, config)
+        yield config, connect(config), version, run_dir
+
+
+def test_registered_version_is_the_challenger(registered):
+    config, client, version, _ = registered
+    assert int(version_by_alias(client, config.model_name, CHALLENGER).version) == version
+
+
+def test_lineage_tags_lead_from_the_version_to_the_exact_data(registered, world):
+    config, client, version, run_dir = registered
+    mv = client.get_model_version(config.model_name, str(version))
+    run = client.get_run(mv.run_id)
+    for tags in (mv.tags, run.data.tags):
+        assert tags["dataset.content_hash"] == world.manifest.content_hash
+        assert tags["dataset.version"] == world.manifest.version
+        assert json.loads(tags["dataset.kafka_offsets"]) == world.manifest.kafka_offsets
+        assert json.loads(tags["dataset.splits"])["test"] == ["2024-03-07", "2024-03-08"]
+        assert len(tags["git.commit"]) == 40 and all(c in "0123456789abcdef" for c in tags["git.commit"])
+        assert tags["dataset.root"] == str(world.root.resolve())
+    assert run.data.tags["training.run_dir"] == str(run_dir.resolve())
+
+
+def test_params_steps_and_epoch_metrics_are_logged(registered):
+    config, client, version, _ = registered
+    run = client.get_run(client.get_model_version(config.model_name, str(version)).run_id)
+    assert run.data.params["optimizer.lr"] == "0.01"
+    assert run.data.params["world_size"] == "2"
+    loss = client.get_metric_history(run.info.run_id, "train_loss")
+    assert [m.step for m in sorted(loss, key=lambda m: m.step)] == list(range(1, 21))
+    assert sorted(loss, key=lambda m: m.step)[3].value == pytest.approx(0.6 / 2.0)
+    auc = client.get_metric_history(run.info.run_id, "val_auc_roc")
+    assert sorted(m.step for m in auc) == [10, 20]
+    for key in ("train_bytes_sent", "train_density", "train_samples_per_s", "best_auc_roc", "wall_s"):
+        assert key in run.data.metrics
+
+
+def test_plots_are_logged_as_png(registered, tmp_path):
+    config, client, version, _ = registered
+    run_id = client.get_model_version(config.model_name, str(version)).run_id
+    names = {a.path for a in client.list_artifacts(run_id, "plots")}
+    assert names == {f"plots/{n}.png" for n in
+                     ("roc", "precision_recall", "calibration", "score_histogram", "training_curves")}
+    local = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="plots/roc.png", dst_path=str(tmp_path))
+    assert open(local, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_pyfunc_scores_raw_rows_like_the_model_and_pickles_nothing(registered, world):
+    config, client, version, _ = registered
+    model = mlflow.pyfunc.load_model(f"models:/{config.model_name}@{CHALLENGER}")
+    assert model.metadata.get_input_schema().input_names() == list(world.manifest.numeric_features) + list(
+        world.manifest.categorical_features)
+    frame = read_split(world.root, world.manifest, "test")
+    np.testing.assert_allclose(model.predict(frame), factory.score(world.good, frame), rtol=1e-6)
+    files = {p.name for p in version_artifact_dir(client, config.model_name, version).rglob("*") if p.is_file()}
+    assert {"model.safetensors", "model.json", "pyfunc_model.py", "fraud_mlp.py", "input_example.json"} <= files
+    assert not [f for f in files if f.endswith((".pkl", ".pickle", ".cloudpickle"))]
+
+
+def test_registering_the_same_run_again_returns_the_same_version(registered):
+    config, _, version, run_dir = registered
+    assert register_run(run_dir, config) == version
+
+
+def test_unfinished_run_is_refused_and_registers_nothing(world, config, client):
+    run_dir = world.run_dir("unfinished", world.good)
+    (run_dir / "summary.json").unlink()
+    with pytest.raises(RunDirError, match="did not finish"):
+        register_run(run_dir, config)
+    assert client.search_model_versions(f"name = '{config.model_name}'") == []
+
+
+def test_corrupt_model_in_run_dir_is_refused(world, config, client):
+    run_dir = world.run_dir("corrupt", world.good)
+    (run_dir / "model" / "model.safetensors").write_bytes(b"not safetensors")
+    with pytest.raises(RunDirError, match="cannot be loaded"):
+        register_run(run_dir, config)
+    assert client.search_model_versions(f"name = '{config.model_name}'") == []
+    shutil.rmtree(run_dir)
