@@ -1,0 +1,96 @@
+"""The one definition of the model's features: names, windows, categorical codes, version.
+
+Every consumer imports from here: the Spark transforms that compute the columns, the dataset
+builder that writes them, the trainer (via the dataset manifest) and the scorer. Changing what a
+feature means, or adding/removing one, must bump :data:`FEATURE_VERSION`.
+
+Point-in-time rule (all windowed features): the features of a transaction at time ``t`` use only
+transactions with ``event_time`` in ``[t - window, t)`` (strictly earlier; same-instant events do
+not see each other) and only fraud reports whose ``reported_at + label_delay`` lies in that same
+``[t - window, t)``. So nothing that happens, or is reported, at or after ``t`` can change them.
+
+Missing history never yields NaN: each feature has a documented fill (e.g. no earlier
+transaction -> ``card_seconds_since_prev`` = the 30-day look-back), so every numeric column is a
+non-null float64 and the count columns tell the model how much history stood behind it.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+FEATURE_VERSION = 1
+
+DAY_SECONDS = 86_400
+LOOKBACK_DAYS = 30  # longest window: a feature date needs this much raw history before it
+CARD_WINDOWS_DAYS = (1, 7, 30)
+MERCHANT_WINDOWS_DAYS = (1, 7, 30)
+NIGHT_END_HOUR = 6  # is_night: 00:00 <= UTC time < 06:00
+# Fill for card_seconds_since_prev when the card has no transaction in the look-back.
+NO_PREVIOUS_SECONDS = float(LOOKBACK_DAYS * DAY_SECONDS)
+# Fill for card_amount_to_mean_30d without 30-day history: "as usual".
+NO_HISTORY_AMOUNT_RATIO = 1.0
+
+
+def card_count(days: int) -> str:
+    return f"card_tx_count_{days}d"
+
+
+def card_mean(days: int) -> str:
+    return f"card_amount_mean_{days}d"
+
+
+def card_std(days: int) -> str:
+    return f"card_amount_std_{days}d"
+
+
+def merchant_count(days: int) -> str:
+    return f"merchant_tx_count_{days}d"
+
+
+def merchant_fraud_rate(days: int) -> str:
+    return f"merchant_fraud_rate_{days}d"
+
+
+CARD_SECONDS_SINCE_PREV = "card_seconds_since_prev"
+CARD_AMOUNT_TO_MEAN_30D = "card_amount_to_mean_30d"
+CARD_DISTINCT_MERCHANTS_1D = "card_distinct_merchants_1d"
+TIME_FEATURES = ("hour", "weekday", "is_night", "is_weekend")  # UTC; weekday 0 = Monday
+
+NUMERIC_FEATURES: tuple[str, ...] = (
+    "amount",
+    *(name for d in CARD_WINDOWS_DAYS for name in (card_count(d), card_mean(d), card_std(d))),
+    CARD_SECONDS_SINCE_PREV,
+    CARD_AMOUNT_TO_MEAN_30D,
+    CARD_DISTINCT_MERCHANTS_1D,
+    *(merchant_count(d) for d in MERCHANT_WINDOWS_DAYS),
+    *(merchant_fraud_rate(d) for d in MERCHANT_WINDOWS_DAYS),
+    *TIME_FEATURES,
+)
+
+# Categorical feature column -> (raw event field, number of codes). Codes are a stable hash of the
+# raw value into [1, buckets); 0 means absent/empty. A hash, not a learned vocabulary, so a value
+# first seen in production still gets the same code it would get in training.
+CATEGORICAL_SOURCES: dict[str, str] = {"mcc_code": "mcc", "channel_code": "channel", "country_code": "country"}
+CATEGORICAL_FEATURES: dict[str, int] = {"mcc_code": 512, "channel_code": 16, "country_code": 256}
+
+FEATURE_COLUMNS: tuple[str, ...] = NUMERIC_FEATURES + tuple(CATEGORICAL_FEATURES)
+
+
+def categorical_code(value: str | None, buckets: int) -> int:
+    """Code of a raw categorical value: 0 for None/"", else ``1 + crc32(utf8) mod (buckets - 1)``.
+
+    CRC-32 (IEEE) is what Spark's ``crc32`` computes too, so the Spark transform and any Python
+    scorer agree bit for bit (tested).
+    """
+    if not value:
+        return 0
+    return 1 + zlib.crc32(value.encode("utf-8")) % (buckets - 1)
+
+
+def schema_fingerprint() -> dict:
+    """The feature schema as plain data (goes into the dataset's content hash)."""
+    return {
+        "feature_version": FEATURE_VERSION,
+        "numeric_features": list(NUMERIC_FEATURES),
+        "categorical_features": dict(CATEGORICAL_FEATURES),
+    }

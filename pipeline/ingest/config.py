@@ -1,0 +1,113 @@
+"""Typed configuration of the ingest job (``conf/<env>/ingest.toml``), one slice per component.
+
+Each component receives only its slice: the session builder gets :class:`SparkConfig`, the Kafka
+source :class:`SourceConfig`, the raw store :class:`RawStoreConfig`, the feature transforms
+:class:`pipeline.features.transforms.FeatureParams`, the dataset builder :class:`DatasetConfig`.
+Connection settings (Spark master) may be overridden by ``$SPARK_MASTER`` and by ``--master``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from pipeline.config import ConfigError, env_override, load_section
+from pipeline.features.transforms import FeatureParams
+from pipeline.paths import resolve_state_path, state_dir
+
+
+@dataclass(frozen=True)
+class SparkConfig:
+    """How the driver builds its SparkSession (see :mod:`pipeline.ingest.session`)."""
+
+    master: str = env_override("SPARK_MASTER", "local[2]")
+    app_name: str = "fraud-ingest"
+    shuffle_partitions: int = 4  # tiny data in dev: few partitions keep task overhead low
+    driver_memory: str = "2g"  # only applies when this process starts the JVM (not under spark-submit)
+    loopback_only: bool = True  # bind the driver to 127.0.0.1 (embedded/dev); false on a real cluster
+    ui_enabled: bool = False  # the UI would listen on all interfaces; enable on a cluster
+    log_level: str = "WARN"
+    conf: dict[str, str] = field(default_factory=dict)  # extra spark.* settings passed through verbatim
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    """How Kafka records are read into Spark (see :mod:`pipeline.ingest.kafka_source`)."""
+
+    # "python": this project's PySpark data source (confluent-kafka on the executors, no jar needed);
+    # "kafka": Spark's built-in source, only where the spark-sql-kafka jar is on the classpath.
+    format: Literal["python", "kafka"] = "python"
+    max_records_per_split: int = 250_000  # a bigger partition range is split into several Spark tasks
+    fetch_batch: int = 5_000  # messages per consume() call and per Arrow batch
+    stall_timeout_s: float = 30.0  # a read task fails if its partition yields nothing for this long
+
+
+@dataclass(frozen=True)
+class RawStoreConfig:
+    """Where the raw store lives and which records ingest refuses by their timing."""
+
+    path: str = "raw"  # relative paths are under the state directory
+    # An event that reached Kafka more than this long after its own time is LATE_EVENT ...
+    max_lateness_days: float = 7.0
+    # ... and one stamped more than this after the Kafka timestamp is FUTURE_EVENT_TIME (clock skew).
+    max_clock_skew_s: float = 300.0
+
+    def root(self) -> Path:
+        return resolve_state_path(self.path)
+
+
+@dataclass(frozen=True)
+class DatasetConfig:
+    """The training dataset a run publishes (see :mod:`pipeline.ingest.dataset_builder`)."""
+
+    name: str = "fraud-dev"
+    root: str = ""  # "" -> <state>/datasets/<name>
+    num_shards_per_date: int = 8  # 1, 2, 4 or 8 ranks each read whole shards
+    label_maturity_days: int = 7  # an unreported transaction counts as genuine this long after it happened
+    train_days: int = 14
+    validation_days: int = 3
+    test_days: int = 3
+
+    def dataset_root(self) -> Path:
+        return resolve_state_path(self.root) if self.root else state_dir() / "datasets" / self.name
+
+    @property
+    def window_days(self) -> int:
+        return self.train_days + self.validation_days + self.test_days
+
+
+@dataclass(frozen=True)
+class IngestConfig:
+    spark: SparkConfig = field(default_factory=SparkConfig)
+    source: SourceConfig = field(default_factory=SourceConfig)
+    raw: RawStoreConfig = field(default_factory=RawStoreConfig)
+    features: FeatureParams = field(default_factory=FeatureParams)
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
+
+
+def validate_ingest_config(config: IngestConfig, source: str = "ingest.toml") -> IngestConfig:
+    """Reject values that type-check but cannot work, naming the key to fix."""
+    d = config.dataset
+    problems = []
+    if d.num_shards_per_date < 1:
+        problems.append(f"dataset.num_shards_per_date must be >= 1, got {d.num_shards_per_date}")
+    for key in ("train_days", "validation_days", "test_days"):
+        if getattr(d, key) < 1:
+            problems.append(f"dataset.{key} must be >= 1, got {getattr(d, key)}")
+    if d.label_maturity_days < 0:
+        problems.append(f"dataset.label_maturity_days must be >= 0, got {d.label_maturity_days}")
+    if config.source.max_records_per_split < 1 or config.source.fetch_batch < 1:
+        problems.append("source.max_records_per_split and source.fetch_batch must be >= 1")
+    if config.raw.max_lateness_days <= 0 or config.raw.max_clock_skew_s < 0:
+        problems.append("raw.max_lateness_days must be > 0 and raw.max_clock_skew_s >= 0")
+    if config.features.label_delay_hours < 0 or config.features.label_match_days < 1:
+        problems.append("features.label_delay_hours must be >= 0 and features.label_match_days >= 1")
+    if problems:
+        raise ConfigError(f"{source}: " + "; ".join(problems))
+    return config
+
+
+def load_ingest_config(env: str | None = None, path: Path | None = None) -> IngestConfig:
+    """Load and check ``conf/<env>/ingest.toml`` (or ``path``)."""
+    return validate_ingest_config(load_section(IngestConfig, "ingest", env, path), str(path or "ingest.toml"))

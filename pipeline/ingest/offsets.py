@@ -1,0 +1,143 @@
+"""Kafka offsets of the raw store: what was consumed, and what the next run reads.
+
+Committed offsets live with the raw store (``<raw>/_state/offsets.json``), not in a consumer
+group: the raw store and its offsets must move together, and a group's offsets would advance
+without the store. :class:`OffsetStore` replaces the file atomically (write temp, fsync,
+``os.replace``) and only after the run's raw files are written, so a killed run leaves the last
+commit intact and the next run re-reads exactly the uncommitted range.
+
+The file also lists the committed run ids: raw files of any other run are invisible to readers
+(see :mod:`pipeline.ingest.raw_store`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class OffsetGapError(RuntimeError):
+    """Records between the committed offset and the earliest retained one are gone."""
+
+
+@dataclass(frozen=True)
+class OffsetRange:
+    """Records ``[start, end)`` of one topic partition."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+    @property
+    def count(self) -> int:
+        return max(0, self.end - self.start)
+
+
+@dataclass(frozen=True)
+class OffsetPlan:
+    """What one run reads from one topic: a range per partition (possibly empty) and any loss."""
+
+    topic: str
+    ranges: tuple[OffsetRange, ...]
+    lost: dict[int, int] = field(default_factory=dict)  # partition -> records skipped (allow_data_loss)
+
+    @property
+    def records(self) -> int:
+        return sum(r.count for r in self.ranges)
+
+    def next_offsets(self) -> dict[int, int]:
+        """Offsets to commit once this plan's records are stored."""
+        return {r.partition: r.end for r in self.ranges}
+
+
+def plan_offset_ranges(topic: str, committed: dict[int, int], watermarks: dict[int, tuple[int, int]],
+                       allow_data_loss: bool = False) -> OffsetPlan:
+    """Plan ``[start, end)`` per partition from committed offsets and ``(low, high)`` watermarks.
+
+    ``watermarks`` must come from :func:`pipeline.kafka.admin.end_offsets` (the high watermark is
+    taken once, here, so records produced while the run reads wait for the next run). A partition
+    never committed starts at its low watermark. A committed offset below ``low`` (retention
+    deleted unread records) or above ``high`` (topic recreated) raises :class:`OffsetGapError`
+    unless ``allow_data_loss``, which restarts at ``low`` and reports the skipped count.
+    """
+    missing = sorted(set(committed) - set(watermarks))
+    if missing and not allow_data_loss:
+        raise OffsetGapError(f"topic {topic!r} no longer has partitions {missing} that the raw store consumed; "
+                             f"the topic was recreated? rerun with --allow-data-loss to continue from what exists")
+    ranges, lost = [], {}
+    for p, (low, high) in sorted(watermarks.items()):
+        start = committed.get(p, low)
+        if start < low or start > high:
+            problem = (f"records {start}..{low - 1} were deleted by retention before they were ingested"
+                       if start < low else
+                       f"the committed offset {start} is beyond the end {high} (topic recreated or another cluster?)")
+            if not allow_data_loss:
+                raise OffsetGapError(f"{topic}[{p}]: {problem}; rerun with --allow-data-loss to skip them "
+                                     f"(the loss is recorded in the run manifest)")
+            lost[p] = max(0, low - start)
+            start = low
+        ranges.append(OffsetRange(topic, p, start, high))
+    return OffsetPlan(topic, tuple(ranges), lost)
+
+
+def _atomic_write_json(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with tmp.open("w") as fh:
+        json.dump(data, fh, indent=2, sort_keys=True)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)  # make the rename itself durable
+    finally:
+        os.close(dir_fd)
+
+
+@dataclass(frozen=True)
+class StoreCommit:
+    """The raw store's committed state: next offset per topic partition, committed runs."""
+
+    offsets: dict[str, dict[int, int]]
+    first_offsets: dict[str, dict[int, int]]  # where consumption began: the manifest's [start, end)
+    runs: tuple[str, ...]
+
+    def consumed_ranges(self) -> dict[str, dict[str, list[int]]]:
+        """``{topic: {partition: [first, next)}}`` as the dataset manifest records it."""
+        return {t: {str(p): [self.first_offsets.get(t, {}).get(p, n), n] for p, n in sorted(parts.items())}
+                for t, parts in sorted(self.offsets.items())}
+
+
+class OffsetStore:
+    """Committed offsets and runs of one raw store, in ``<root>/_state/offsets.json``."""
+
+    def __init__(self, root: Path) -> None:
+        self.path = Path(root) / "_state" / "offsets.json"
+
+    def load(self) -> StoreCommit:
+        if not self.path.is_file():
+            return StoreCommit({}, {}, ())
+        d = json.loads(self.path.read_text())
+        as_int = lambda m: {t: {int(p): int(o) for p, o in parts.items()} for t, parts in m.items()}  # noqa: E731
+        return StoreCommit(as_int(d["offsets"]), as_int(d["first_offsets"]), tuple(d["runs"]))
+
+    def commit(self, run_id: str, plans: list[OffsetPlan]) -> StoreCommit:
+        """Record ``run_id`` as committed and advance offsets to the end of ``plans``. Atomic."""
+        current = self.load()
+        offsets = {t: dict(p) for t, p in current.offsets.items()}
+        first = {t: dict(p) for t, p in current.first_offsets.items()}
+        for plan in plans:
+            offsets.setdefault(plan.topic, {}).update(plan.next_offsets())
+            for r in plan.ranges:
+                first.setdefault(plan.topic, {}).setdefault(r.partition, r.start)
+        new = StoreCommit(offsets, first, current.runs + (run_id,))
+        _atomic_write_json(self.path, {
+            "offsets": {t: {str(p): o for p, o in parts.items()} for t, parts in offsets.items()},
+            "first_offsets": {t: {str(p): o for p, o in parts.items()} for t, parts in first.items()},
+            "runs": list(new.runs),
+        })
+        return new
