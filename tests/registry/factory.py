@@ -32,6 +32,7 @@ from pipeline.datasets.manifest import (
 )
 from pipeline.datasets.reader import read_split
 from pipeline.metrics import classification_report
+from pipeline.training.checkpoint import Checkpointer
 
 NUMERIC = ("amount_log", "amount_rel_30d", "secs_since_prev_log", "merchant_fraud_rate_7d")
 # Alphabetical on purpose: FraudModelConfig.to_json sorts keys, so saved models reorder this dict.
@@ -71,8 +72,13 @@ def _to_arrow(frame: pd.DataFrame) -> pa.Table:
 
 
 def write_dataset(root: Path, *, start: str = "2024-03-01", days: int = 8, rows_per_day: int = 400,
-                  seed: int = 0, test_days: int = 2, dataset: str = "transactions") -> DatasetManifest:
-    """Publish ``days`` dates: validation = the date before the last ``test_days``, test = the last ones."""
+                  seed: int = 0, test_days: int = 2, dataset: str = "transactions",
+                  drop_numeric: str | None = None) -> DatasetManifest:
+    """Publish ``days`` dates: validation = the date before the last ``test_days``, test = the last ones.
+
+    ``drop_numeric`` leaves one feature out (a dataset of another feature version).
+    """
+    numeric = tuple(c for c in NUMERIC if c != drop_numeric)
     rng = np.random.default_rng(seed)
     dates = [(dt.date.fromisoformat(start) + dt.timedelta(days=i)).isoformat() for i in range(days)]
     version = f"{dataset}-{dates[0]}-{dates[-1]}-s{seed}"
@@ -81,7 +87,7 @@ def write_dataset(root: Path, *, start: str = "2024-03-01", days: int = 8, rows_
         rel = f"data/{version}/date={date}/shard-00000.parquet"
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        frame = _day_frame(rng, date, rows_per_day)
+        frame = _day_frame(rng, date, rows_per_day).drop(columns=[drop_numeric] if drop_numeric else [])
         pq.write_table(_to_arrow(frame), path)
         shards.append(ShardInfo(path=rel, date=date, shard=0, rows=len(frame),
                                 frauds=int(frame[LABEL_COLUMN].sum()), sha256=file_sha256(path)))
@@ -91,10 +97,11 @@ def write_dataset(root: Path, *, start: str = "2024-03-01", days: int = 8, rows_
         "validation": DateWindow(dates[n_train], dates[n_train]),
         "test": DateWindow(dates[n_train + 1], dates[-1]),
     }
-    schema = {"numeric": list(NUMERIC), "categorical": CATEGORICAL}
+    schema = {"numeric": list(numeric), "categorical": CATEGORICAL}
     manifest = DatasetManifest(
         dataset=dataset, version=version, created_at=f"{dates[-1]}T23:59:59Z", schema_version=1,
-        feature_version=1, numeric_features=NUMERIC, categorical_features=dict(CATEGORICAL), splits=splits,
+        feature_version=1 if drop_numeric is None else 2, numeric_features=numeric,
+        categorical_features=dict(CATEGORICAL), splits=splits,
         label_cutoff=dates[-1], num_shards_per_date=1, shards=tuple(shards),
         kafka_offsets={"transactions": {"0": [0, 1000 + seed], "1": [0, 990]}, "fraud-labels": {"0": [0, 40]}},
         content_hash=content_hash(shards, schema),
@@ -185,7 +192,8 @@ def write_run_dir(run_dir: Path, model: FraudModel, root: Path, manifest: Datase
                                  "samples_per_s": 5000.0, "skipped_steps": 0, "time": t0 + step}) + "\n")
     validation = read_split(root, manifest, "validation")
     val_scores = score(model, validation)
-    metrics = classification_report(validation[LABEL_COLUMN].to_numpy(), val_scores)
+    finite = np.isfinite(val_scores)  # a broken (NaN) model still gets a run directory
+    metrics = classification_report(validation[LABEL_COLUMN].to_numpy()[finite], val_scores[finite])
     metrics["card_precision_at_100"] = 0.1
     epochs = [{"epoch": e, "step": (e + 1) * steps // 2, "val_loss": 0.3 - 0.05 * e, **metrics,
                "time": t0 + (e + 1) * steps / 2} for e in range(2)]
@@ -202,3 +210,11 @@ def write_run_dir(run_dir: Path, model: FraudModel, root: Path, manifest: Datase
         "world_size": 2, "wall_s": 3.5, "peak_rss_mb": 800.0, "stopped_early": False,
     }))
     return run_dir
+
+
+def write_checkpoint(run_dir: Path, model: FraudModel, step: int) -> Path:
+    """A training checkpoint of ``model`` in the training job's own format (its Checkpointer), marked best."""
+    checkpointer = Checkpointer(run_dir / "checkpoints", rank=0, world_size=1, keep_last=3, barrier=lambda: None)
+    trainer_state = {"model": {k: v.detach().clone() for k, v in model.state_dict().items()}, "step": step}
+    return checkpointer.save(step, epoch=1, trainer_state=trainer_state, rank_state={},
+                             model_config_json=model.config.to_json(), is_best=True)

@@ -1,0 +1,143 @@
+"""The promotion gate (``fraudctl promote``, the nightly DAG's gate step).
+
+Under the registry lock: resolve ``challenger`` and ``champion``, load the holdout, score both models
+on the same rows, decide with :func:`pipeline.registry.gate.should_promote`, then -- only then --
+move the aliases, append the audit record, and store the decision (version tags + a JSON report
+artifact on the challenger's run). Any error before that point leaves the registry untouched.
+
+Idempotence: the decision is stored on the challenger version under a tag keyed by the champion
+version and the holdout fingerprint. Re-running the same gate (same challenger, same champion, same
+holdout rows) returns that recorded decision without scoring or auditing again; a promoted
+challenger is simply "already champion".
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import numpy as np
+from mlflow import MlflowClient
+from mlflow.entities.model_registry import ModelVersion
+
+from pipeline.metrics import population_stability_index
+from pipeline.registry import audit
+from pipeline.registry.aliases import advance_champion
+from pipeline.registry.config import RegistryConfig
+from pipeline.registry.errors import HoldoutError, NoChallenger
+from pipeline.registry.gate import Decision, should_promote
+from pipeline.registry.holdout import Holdout, holdout_metrics, load_holdout, training_overlap
+from pipeline.registry.lock import registry_lock
+from pipeline.registry.report import ALREADY_CHAMPION, PROMOTED, REJECTED, GateReport
+from pipeline.registry.scoring import load_scorer, score_rows
+from pipeline.registry.store import CHALLENGER, CHAMPION, connect, version_by_alias, version_uri
+
+GATE_TAG_PREFIX = "gate.decision."
+
+
+def gate_key(champion_version: int | None, holdout_fingerprint: str) -> str:
+    return f"{GATE_TAG_PREFIX}vs-{champion_version or 'none'}.holdout-{holdout_fingerprint[:16]}"
+
+
+def run_gate(config: RegistryConfig, dataset_root: Path | None = None, dataset_version: str | None = None,
+             actor: str | None = None) -> GateReport:
+    """Gate the ``challenger`` against the ``champion`` and promote it if it passes.
+
+    ``dataset_root`` defaults to the dataset the challenger was trained from (its ``dataset.root``
+    tag); the holdout is that root's latest (or ``dataset_version``) ``holdout_split``.
+    Raises a RegistryError (champion untouched) when anything needed cannot be read or scored.
+    """
+    client = connect(config)
+    actor = audit.resolve_actor(actor)
+    name = config.model_name
+    with registry_lock(config):
+        challenger = version_by_alias(client, name, CHALLENGER)
+        if challenger is None:
+            raise NoChallenger(f"registered model {name!r} has no {CHALLENGER!r} version: "
+                               "register a finished training run first (`fraudctl register --run-dir ...`)")
+        champion = version_by_alias(client, name, CHAMPION)
+        challenger_v = int(challenger.version)
+        champion_v = int(champion.version) if champion else None
+        if champion_v == challenger_v:
+            return GateReport(name, ALREADY_CHAMPION, challenger_v, champion_v,
+                              Decision(True, (f"version {challenger_v} is already {CHAMPION}",)), replayed=True)
+        holdout = _holdout_for(challenger, dataset_root, dataset_version, config)
+        key = gate_key(champion_v, holdout.fingerprint)
+        if key in challenger.tags:
+            return GateReport.from_json(challenger.tags[key]).as_replay()
+        report = _evaluate(config, challenger_v, champion, holdout, actor)
+        _record(client, config, report, challenger, key)
+        return report
+
+
+def _holdout_for(challenger: ModelVersion, dataset_root: Path | None, dataset_version: str | None,
+                 config: RegistryConfig) -> Holdout:
+    root = dataset_root or challenger.tags.get("dataset.root")
+    if not root:
+        raise HoldoutError(f"challenger v{challenger.version} records no dataset root: pass --dataset-root")
+    holdout = load_holdout(Path(root), config.holdout_split, dataset_version)
+    seen = training_overlap(holdout, challenger.tags.get("dataset.splits"))
+    if seen:
+        raise HoldoutError(
+            f"holdout {holdout.window.start}..{holdout.window.end} overlaps the challenger's training data "
+            f"({', '.join(seen)}): gate on a dataset whose {config.holdout_split!r} split comes after its training"
+        )
+    return holdout
+
+
+def _evaluate(config: RegistryConfig, challenger_v: int, champion: ModelVersion | None, holdout: Holdout,
+              actor: str) -> GateReport:
+    """Score both models on the holdout (all loading/scoring errors surface here) and decide."""
+    name = config.model_name
+    labels = holdout.labels
+    challenger_uri = version_uri(name, challenger_v)
+    challenger_scores = score_rows(load_scorer(challenger_uri), challenger_uri, holdout.frame)
+    challenger_metrics = holdout_metrics(holdout.frame, labels, challenger_scores)
+    champion_v, champion_metrics, notes = None, None, []
+    if champion is not None:
+        champion_v = int(champion.version)
+        champion_uri = version_uri(name, champion_v)
+        champion_scores = score_rows(load_scorer(champion_uri), champion_uri, holdout.frame)
+        champion_metrics = holdout_metrics(holdout.frame, labels, champion_scores)
+        challenger_metrics["psi"] = population_stability_index(
+            champion_scores[np.isfinite(champion_scores)], challenger_scores[np.isfinite(challenger_scores)]
+        )
+        seen = training_overlap(holdout, champion.tags.get("dataset.splits"))
+        if seen:
+            notes.append(f"champion v{champion_v} trained on {', '.join(seen)}, which overlaps the holdout: "
+                         "its metrics are optimistic, so the comparison favours the champion")
+    decision = should_promote(challenger_metrics, champion_metrics, config.gate)
+    return GateReport(
+        model_name=name, outcome=PROMOTED if decision.promote else REJECTED,
+        challenger_version=challenger_v, champion_version=champion_v, decision=decision,
+        challenger_metrics=challenger_metrics, champion_metrics=champion_metrics,
+        holdout=holdout.describe(), notes=tuple(notes),
+        decided_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), actor=actor,
+    )
+
+
+def _record(client: MlflowClient, config: RegistryConfig, report: GateReport, challenger: ModelVersion,
+            key: str) -> None:
+    """Act on the decision. Order: aliases, audit, then the idempotence tag (written last, so a crash
+    before it makes a re-run redo the gate rather than skip a step)."""
+    name, version = config.model_name, str(report.challenger_version)
+    if report.decision.promote:
+        advance_champion(client, name, report.challenger_version, report.champion_version)
+    reason = "; ".join(report.decision.reasons + report.decision.warnings)
+    action = audit.PROMOTE if report.decision.promote else audit.REJECT
+    audit.append_record(client, name, audit.new_record(
+        action, report.actor, report.champion_version, report.challenger_version, f"gate: {reason}"))
+    summary = {
+        "gate.outcome": report.outcome,
+        "gate.decided_at": report.decided_at,
+        "gate.champion_version": str(report.champion_version or "none"),
+        "gate.holdout": f"{report.holdout['dataset']}@{report.holdout['version']} "
+                        f"{report.holdout['start']}..{report.holdout['end']}",
+        "gate.auc_roc": f"{report.challenger_metrics['auc_roc']:.6f}",
+        "gate.reasons": reason[:5000],
+    }
+    for tag, value in summary.items():
+        client.set_model_version_tag(name, version, tag, value)
+    if challenger.run_id:
+        client.log_text(challenger.run_id, report.to_json(), f"gate/{key[len(GATE_TAG_PREFIX):]}.json")
+    client.set_model_version_tag(name, version, key, report.to_json())

@@ -1,0 +1,111 @@
+"""What a gate run decided, in a form that is stored (version tag, JSON artifact) and printed.
+
+Exit codes of ``fraudctl promote`` come from here: 0 promoted (or already champion), 3 rejected.
+Errors (exit 1) never produce a report.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from pipeline.registry.gate import Decision
+
+EXIT_PROMOTED = 0
+EXIT_REJECTED = 3
+
+PROMOTED = "promoted"
+REJECTED = "rejected"
+ALREADY_CHAMPION = "already-champion"
+
+SHOWN_METRICS = ("auc_roc", "average_precision", "recall_at_1pct_fpr", "card_precision_at_100", "ece",
+                 "psi", "nan_share", "n", "n_fraud")
+
+
+@dataclass(frozen=True)
+class GateReport:
+    model_name: str
+    outcome: str  # PROMOTED | REJECTED | ALREADY_CHAMPION
+    challenger_version: int
+    champion_version: int | None  # champion the challenger was compared with (None: first model)
+    decision: Decision
+    challenger_metrics: dict[str, float] = field(default_factory=dict)
+    champion_metrics: dict[str, float] | None = None
+    holdout: dict[str, Any] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    decided_at: str = ""
+    actor: str = ""
+    replayed: bool = False  # True: the recorded decision of an identical earlier gate run
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_PROMOTED if self.decision.promote else EXIT_REJECTED
+
+    def to_json(self) -> str:
+        # NaN is not JSON; null says "undefined on this holdout".
+        return json.dumps(_nan_to_none(asdict(self)), sort_keys=True)
+
+    @staticmethod
+    def from_json(text: str) -> GateReport:
+        d = json.loads(text)
+        d["decision"] = Decision(promote=d["decision"]["promote"], reasons=tuple(d["decision"]["reasons"]),
+                                 warnings=tuple(d["decision"]["warnings"]))
+        d["notes"] = tuple(d.get("notes", ()))
+        d["challenger_metrics"] = _none_to_nan(d.get("challenger_metrics") or {})
+        if d.get("champion_metrics") is not None:
+            d["champion_metrics"] = _none_to_nan(d["champion_metrics"])
+        return GateReport(**d)
+
+    def as_replay(self) -> GateReport:
+        return replace(self, replayed=True)
+
+
+def _nan_to_none(value: Any) -> Any:
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _nan_to_none(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_nan_to_none(v) for v in value]
+    return value
+
+
+def _none_to_nan(metrics: dict[str, Any]) -> dict[str, float]:
+    return {k: float("nan") if v is None else v for k, v in metrics.items()}
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else f"{value:.4f}"
+    return str(value)
+
+
+def format_gate_report(report: GateReport) -> str:
+    """Human-readable summary: holdout, both models' metrics side by side, decision and reasons."""
+    h = report.holdout
+    champion = f"champion v{report.champion_version}" if report.champion_version else "no champion (first model)"
+    lines = [f"Gate {report.model_name}: challenger v{report.challenger_version} vs {champion}"]
+    if h:
+        lines.append(f"holdout: {h.get('dataset')}@{h.get('version')} {h.get('split')} {h.get('start')}..{h.get('end')}"
+                     f" ({h.get('n')} rows, {h.get('n_fraud')} frauds)")
+    if report.challenger_metrics:
+        lines.append(f"{'metric':<24}{'challenger':>12}{'champion':>12}")
+        champ = report.champion_metrics or {}
+        for key in SHOWN_METRICS:
+            if key in report.challenger_metrics or key in champ:
+                lines.append(f"{key:<24}{_fmt(report.challenger_metrics.get(key)):>12}{_fmt(champ.get(key)):>12}")
+    verdict = {PROMOTED: f"PROMOTED: v{report.challenger_version} is champion",
+               REJECTED: f"REJECTED: champion stays {'v' + str(report.champion_version) if report.champion_version else 'unset'}",
+               ALREADY_CHAMPION: f"NOTHING TO DO: v{report.challenger_version} is already champion"}[report.outcome]
+    if report.replayed and report.outcome != ALREADY_CHAMPION:
+        verdict += f" (recorded decision of an identical gate run at {report.decided_at})"
+    lines.append(verdict)
+    marker = "+" if report.decision.promote else "x"
+    lines += [f"  {marker} {r}" for r in report.decision.reasons]
+    lines += [f"  ! {w}" for w in report.decision.warnings]
+    lines += [f"  note: {n}" for n in report.notes]
+    return "\n".join(lines)
