@@ -12,6 +12,7 @@ from pipeline.cli.bench import bench
 from pipeline.cli.broker import broker
 from pipeline.cli.context import CliContext
 from pipeline.cli.produce import produce
+from pipeline.cli.registry import registry_commands
 from pipeline.cli.simulate import simulate_command
 from pipeline.cli.train import train
 from pipeline.config import DEFAULT_ENV, ENV_VAR_CONF_ENV
@@ -31,3 +32,5 @@ cli.add_command(bench)
 cli.add_command(simulate_command)
 cli.add_command(produce)
 cli.add_command(train)
+for command in registry_commands:
+    cli.add_command(command)

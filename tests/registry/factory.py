@@ -35,8 +35,8 @@ from pipeline.metrics import classification_report
 from pipeline.training.checkpoint import Checkpointer
 
 NUMERIC = ("amount_log", "amount_rel_30d", "secs_since_prev_log", "merchant_fraud_rate_7d")
-# Alphabetical on purpose: FraudModelConfig.to_json sorts keys, so saved models reorder this dict.
-CATEGORICAL = {"channel": 4, "mcc": 12}
+# Not alphabetical on purpose: the embedding order must survive save/load and the pyfunc signature.
+CATEGORICAL = {"mcc": 12, "channel": 4}
 RISKY_MCC = 7
 
 

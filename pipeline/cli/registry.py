@@ -1,0 +1,186 @@
+"""``fraudctl register | promote | rollback | history | evaluate``: the MLflow registry commands.
+
+Thin: parse options, load ``conf/<env>/registry.toml``, call one function of ``pipeline.registry``,
+print. Expected failures (RegistryError, bad config) exit 1 with the message; ``promote`` exits 3
+when the gate rejects the challenger.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import json
+import math
+from pathlib import Path
+
+import click
+
+from pipeline.cli.context import cli_context
+from pipeline.config import ConfigError
+from pipeline.registry.config import RegistryConfig, load_registry_config
+from pipeline.registry.errors import DatasetError, RegistryError
+
+# The pipeline.registry modules below config/errors import MLflow and torch (seconds); each command
+# imports what it uses so that `fraudctl broker ...` and `--help` stay fast.
+
+
+def _config(ctx: click.Context) -> RegistryConfig:
+    return load_registry_config(cli_context(ctx).env)
+
+
+def _expected_errors(f):
+    """RegistryError / ConfigError -> exit 1 with the message (nothing was changed)."""
+    @functools.wraps(f)
+    def wrapper(*args, **kwargs):
+        try:
+            return f(*args, **kwargs)
+        except (RegistryError, ConfigError) as exc:
+            raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+    return wrapper
+
+
+def _date(ctx, param, value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        return dt.date.fromisoformat(value).isoformat()
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a date (YYYY-MM-DD)") from None
+
+
+def _json_safe(obj):
+    if isinstance(obj, float) and math.isnan(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    return obj
+
+
+actor_option = click.option("--actor", default=None, help="Who is acting, for the audit history (default: login name).")
+
+
+@click.command()
+@click.option("--run-dir", required=True, type=click.Path(path_type=Path, file_okay=False, exists=True),
+              help="A finished training run directory (with summary.json).")
+@click.pass_context
+@_expected_errors
+def register(ctx: click.Context, run_dir: Path) -> None:
+    """Log a finished training run into MLflow and register its model as `challenger`."""
+    from pipeline.registry.store import CHALLENGER
+    from pipeline.registry.tracking import register_run
+
+    config = _config(ctx)
+    version = register_run(run_dir, config)
+    click.echo(f"registered {config.model_name} v{version} as {CHALLENGER} (from {run_dir})")
+
+
+@click.command()
+@click.option("--dataset-root", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Dataset root whose latest holdout split to score on (default: the challenger's training dataset root).")
+@click.option("--dataset-version", default=None, help="Dataset version under the root (default: LATEST).")
+@click.option("--json", "as_json", is_flag=True, help="Print the gate report as JSON.")
+@actor_option
+@click.pass_context
+@_expected_errors
+def promote(ctx: click.Context, dataset_root: Path | None, dataset_version: str | None, as_json: bool,
+            actor: str | None) -> None:
+    """Gate `challenger` against `champion` on the same holdout; move `champion` only if it passes.
+
+    \b
+    Exit codes:
+      0  promoted (or the challenger already is champion)
+      3  rejected: worse AUC-ROC, a blocking guardrail, or insufficient evidence; champion unchanged
+      1  error (unreachable store, no challenger, corrupt artifact, signature mismatch, ...); champion unchanged
+    Re-running the same gate (same challenger, champion and holdout) repeats the recorded decision.
+    """
+    from pipeline.registry.promotion import run_gate
+    from pipeline.registry.report import format_gate_report
+
+    report = run_gate(_config(ctx), dataset_root, dataset_version, actor)
+    click.echo(report.to_json() if as_json else format_gate_report(report))
+    ctx.exit(report.exit_code)
+
+
+@click.command()
+@click.option("--to-version", type=int, default=None, help="Make this registered version champion.")
+@click.option("--from-checkpoint", default=None, metavar="RUN_OR_PATH",
+              help="Register the model of a training checkpoint (run name, run dir or checkpoint dir) and make it champion.")
+@click.option("--reason", default=None, help="Why, for the audit history.")
+@actor_option
+@click.pass_context
+@_expected_errors
+def rollback(ctx: click.Context, to_version: int | None, from_checkpoint: str | None, reason: str | None,
+             actor: str | None) -> None:
+    """Move `champion` back to `previous-champion` (or to --to-version N / --from-checkpoint X)."""
+    if to_version is not None and from_checkpoint is not None:
+        raise click.UsageError("give at most one of --to-version and --from-checkpoint")
+    from pipeline.registry.rollback import rollback as rollback_champion
+    from pipeline.registry.rollback import rollback_from_checkpoint
+
+    config = _config(ctx)
+    if from_checkpoint is not None:
+        record = rollback_from_checkpoint(config, from_checkpoint, actor, reason)
+    else:
+        record = rollback_champion(config, to_version, actor, reason)
+    click.echo(f"{config.model_name}: champion v{record.from_version or '-'} -> v{record.to_version} "
+               f"({record.action} by {record.actor})")
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the records as JSON lines.")
+@click.option("--limit", type=int, default=None, help="Show only the last N records.")
+@click.pass_context
+@_expected_errors
+def history(ctx: click.Context, as_json: bool, limit: int | None) -> None:
+    """Current aliases and the audit history: promotions, rejections and rollbacks."""
+    from pipeline.registry.audit import read_history
+    from pipeline.registry.store import CHALLENGER, CHAMPION, PREVIOUS_CHAMPION, connect, version_by_alias
+
+    config = _config(ctx)
+    client = connect(config)
+    records = read_history(client, config.model_name)
+    if limit is not None:
+        records = records[-limit:]
+    if as_json:
+        for r in records:
+            click.echo(json.dumps(r.__dict__, sort_keys=True))
+        return
+    aliases = []
+    for alias in (CHAMPION, PREVIOUS_CHAMPION, CHALLENGER):
+        version = version_by_alias(client, config.model_name, alias)
+        aliases.append(f"{alias}=v{version.version}" if version else f"{alias}=-")
+    click.echo(f"{config.model_name}: {'  '.join(aliases)}")
+    click.echo(f"{'time':<26}{'actor':<14}{'action':<26}{'from':>6}{'to':>6}  reason")
+    for r in records:
+        click.echo(f"{r.time:<26}{r.actor[:13]:<14}{r.action:<26}{r.from_version or '-':>6}"
+                   f"{r.to_version or '-':>6}  {r.reason}")
+
+
+@click.command()
+@click.option("--model-uri", required=True, help="e.g. models:/fraud-detector@champion, models:/fraud-detector/3, runs:/<id>/model")
+@click.option("--start", required=True, callback=_date, help="First date (YYYY-MM-DD), inclusive.")
+@click.option("--end", required=True, callback=_date, help="Last date (YYYY-MM-DD), inclusive.")
+@click.option("--scores-out", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Write transaction_id, card_id, event_time, score, label as Parquet here.")
+@click.option("--dataset-root", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Published dataset root (default: the registered version's training dataset root).")
+@click.option("--dataset-version", default=None, help="Dataset version under the root (default: LATEST).")
+@click.pass_context
+@_expected_errors
+def evaluate(ctx: click.Context, model_uri: str, start: str, end: str, scores_out: Path | None,
+             dataset_root: Path | None, dataset_version: str | None) -> None:
+    """Score MODEL_URI on a published dataset window and print its metrics as JSON."""
+    if start > end:
+        raise click.BadParameter(f"--start {start} is after --end {end}")
+    from pipeline.registry.evaluate import dataset_root_of, evaluate_window
+    from pipeline.registry.store import connect
+
+    client = connect(_config(ctx))
+    root = dataset_root or dataset_root_of(client, model_uri)
+    if root is None:
+        raise DatasetError(f"{model_uri} records no training dataset root: pass --dataset-root")
+    report = evaluate_window(model_uri, root, start, end, scores_out, dataset_version)
+    click.echo(json.dumps(_json_safe(report), sort_keys=True))
+
+
+registry_commands = (register, promote, rollback, history, evaluate)

@@ -1,0 +1,71 @@
+"""``fraudctl evaluate``: score any model URI on any published dataset window.
+
+Returns the standard metric set of :func:`pipeline.metrics.classification_report` (auc_roc,
+average_precision, recall_at_1pct_fpr, card_precision_at_100, ece, n, n_fraud) and optionally writes
+the per-row scores (transaction_id, card_id, event_time, score, label) as Parquet.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from mlflow import MlflowClient
+from mlflow.exceptions import MlflowException
+
+from pipeline.datasets.manifest import ManifestError, load_manifest
+from pipeline.datasets.reader import read_window
+from pipeline.registry.errors import DatasetError
+from pipeline.registry.holdout import holdout_metrics
+from pipeline.registry.scoring import load_scorer, score_rows
+
+REPORT_KEYS = ("auc_roc", "average_precision", "recall_at_1pct_fpr", "card_precision_at_100", "ece", "n",
+               "n_fraud")
+# models:/<name>@<alias> or models:/<name>/<version>
+REGISTRY_URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:@(?P<alias>[^/]+)|/(?P<version>\d+))$")
+
+
+def dataset_root_of(client: MlflowClient, model_uri: str) -> Path | None:
+    """The dataset root a registered version was trained from (its lineage tag), when the URI names one."""
+    match = REGISTRY_URI.match(model_uri)
+    if not match:
+        return None
+    try:
+        if match["alias"]:
+            version = client.get_model_version_by_alias(match["name"], match["alias"])
+        else:
+            version = client.get_model_version(match["name"], match["version"])
+    except MlflowException:
+        return None
+    root = version.tags.get("dataset.root")
+    return Path(root) if root else None
+
+
+def _write_parquet_atomic(frame: pd.DataFrame, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    frame.to_parquet(tmp, index=False)
+    os.replace(tmp, path)
+
+
+def evaluate_window(model_uri: str, dataset_root: Path, start: str, end: str, scores_out: Path | None = None,
+                    dataset_version: str | None = None) -> dict[str, Any]:
+    """Metrics of ``model_uri`` on dates ``[start, end]`` of the dataset (LATEST version by default)."""
+    try:
+        manifest = load_manifest(Path(dataset_root), dataset_version)
+        frame = read_window(Path(dataset_root), manifest, start, end)
+    except ManifestError as exc:
+        raise DatasetError(str(exc)) from exc
+    scores = score_rows(load_scorer(model_uri), model_uri, frame)
+    labels = frame[manifest.label_column].to_numpy(dtype="int64")
+    metrics = holdout_metrics(frame, labels, scores)
+    report: dict[str, Any] = {key: metrics[key] for key in REPORT_KEYS}
+    report.update(nan_share=metrics["nan_share"], model_uri=model_uri,
+                  dataset=f"{manifest.dataset}@{manifest.version}", start=start, end=end)
+    if scores_out is not None:
+        out = frame[["transaction_id", "card_id", "event_time"]].assign(score=scores, label=labels)
+        _write_parquet_atomic(out, Path(scores_out))
+    return report
