@@ -1,0 +1,177 @@
+"""The whole job end to end: torchrun, 2 gloo processes, compression and accumulation on.
+
+A reference run goes through ``fraudctl train``; the fault runs go through the Python API
+(``run_training``). Final parameters are compared bit for bit through the last step checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from models.fraud_mlp import load_model
+from pipeline.datasets.manifest import load_manifest
+from pipeline.training.checkpoint import TRAINER_FILE, load_tensor_file, rank_file
+from pipeline.training.export import export_model_from_checkpoint
+from pipeline.training.launch import TrainingJobFailed, run_training
+from pipeline.training.run_dir import EPOCHS_FILE, STEPS_FILE, read_jsonl
+from tests.training.dataset_factory import write_conf_dir
+
+pytestmark = pytest.mark.slow
+
+# 2 ranks x 2 micro-batches of 64 rows: 9 steps per epoch, 18 in all; checkpoints every 4 steps.
+JOB = {"optim": {"accumulation_steps": 2}}
+TOTAL_STEPS = 18
+KILL = {"faults": {"sigkill_rank": 1, "sigkill_at_step": 7}}  # after the step-4 checkpoint, mid-epoch
+
+
+def _fraudctl(args: list[str], conf: Path, state: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "FRAUD_CONF_DIR": str(conf), "FRAUD_STATE_DIR": str(state)}
+    command = [sys.executable, "-c", "from pipeline.cli.main import cli; cli()", *args]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+
+
+def _final_state(run_dir: Path) -> tuple[dict, list[dict]]:
+    final = run_dir / "checkpoints" / f"step-{TOTAL_STEPS:08d}"
+    model = load_tensor_file(final / TRAINER_FILE)["model"]
+    ranks = [load_tensor_file(final / rank_file(r)) for r in range(2)]
+    return model, ranks
+
+
+def _assert_identical(a: Path, b: Path) -> None:
+    model_a, ranks_a = _final_state(a)
+    model_b, ranks_b = _final_state(b)
+    assert model_a.keys() == model_b.keys()
+    for key in model_a:
+        assert torch.equal(model_a[key], model_b[key]), f"parameter {key} differs"
+    for ra, rb in zip(ranks_a, ranks_b, strict=True):
+        assert ra["residuals"].keys() == rb["residuals"].keys()
+        for name in ra["residuals"]:
+            assert torch.equal(ra["residuals"][name], rb["residuals"][name]), f"residual {name} differs"
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("train-e2e")
+
+
+@pytest.fixture(scope="module")
+def reference(workdir: Path, tiny_dataset: Path) -> tuple[Path, subprocess.CompletedProcess]:
+    conf = write_conf_dir(workdir / "conf-ref", JOB)
+    proc = _fraudctl(["train", "--nproc", "2", "--run-name", "ref", "--dataset-root", str(tiny_dataset),
+                      "--max-restarts", "0"], conf, workdir / "state")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return workdir / "state" / "runs" / "ref", proc
+
+
+def test_cli_prints_metrics_bytes_saved_and_checkpoint_location(reference):
+    run_dir, proc = reference
+    assert "validation (best epoch" in proc.stdout and "average_precision" in proc.stdout
+    assert "gradient traffic per rank" in proc.stdout and "x less, topk_ef" in proc.stdout
+    assert f"checkpoints: {run_dir / 'checkpoints'}" in proc.stdout
+    assert "step 18/18" in proc.stdout  # rank-0 progress lines
+
+
+def test_run_directory_follows_the_contract(reference, tiny_dataset):
+    run_dir, _ = reference
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["run_name"] == "ref"
+    assert summary["global_step"] == TOTAL_STEPS and summary["epochs"] == 2 and summary["world_size"] == 2
+    assert summary["compression"] == {"method": "topk_ef", "density": 0.05}
+    assert summary["bytes_dense_total"] > summary["bytes_sent_total"] > 0
+    assert summary["best_metrics"]["auc_roc"] > 0.6  # the synthetic signal is learnable
+    assert summary["peak_rss_mb"] > 0 and summary["stopped_early"] is False
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["world_size"] == 2 and config["backend"] == "gloo" and config["optim"]["accumulation_steps"] == 2
+    manifest = load_manifest(tiny_dataset)
+    assert json.loads((run_dir / "dataset.json").read_text())["content_hash"] == manifest.content_hash
+    assert Path((run_dir / "dataset_root.txt").read_text().strip()) == tiny_dataset.resolve()
+    steps = read_jsonl(run_dir, STEPS_FILE)
+    assert [s["step"] for s in steps] == list(range(1, TOTAL_STEPS + 1))
+    assert set(steps[0]) == {"step", "epoch", "loss", "lr", "density", "bytes_sent", "bytes_dense",
+                             "samples_per_s", "skipped_steps", "time"}
+    assert steps[0]["density"] == 1.0 and steps[-1]["density"] == pytest.approx(0.05)
+    assert steps[-1]["bytes_sent"] < steps[0]["bytes_sent"]  # sparse after the dense warm-up
+    epochs = read_jsonl(run_dir, EPOCHS_FILE)
+    assert [e["epoch"] for e in epochs] == [0, 1]
+    assert {"val_loss", "auc_roc", "average_precision", "recall_at_1pct_fpr", "card_precision_at_100",
+            "ece"} <= set(epochs[0])
+    scores = pq.read_table(run_dir / "validation_scores.parquet")
+    assert scores.column_names == ["transaction_id", "card_id", "event_time", "score", "label"]
+    assert scores.num_rows == sum(s.rows for s in manifest.shards_for("validation"))
+    assert (run_dir / "checkpoints" / "best" / "calibration.pt").is_file()
+    assert len(list((run_dir / "checkpoints").glob("step-*"))) == 2  # keep_last
+
+
+def test_exported_best_checkpoint_is_the_run_model(reference, tmp_path):
+    run_dir, _ = reference
+    exported = load_model(export_model_from_checkpoint(run_dir / "checkpoints" / "best", tmp_path / "m"))
+    model = load_model(run_dir / "model")
+    for key, value in model.state_dict().items():
+        assert torch.equal(exported.state_dict()[key], value)
+    assert model.temperature.item() == pytest.approx(json.loads((run_dir / "summary.json").read_text())["temperature"])
+
+
+def test_worker_sigkill_restarts_resumes_and_ends_bit_identical(reference, workdir, tiny_dataset):
+    conf = write_conf_dir(workdir / "conf-kill", {**JOB, **KILL})
+    run_dir = workdir / "elastic"
+    summary = run_training(None, run_dir, tiny_dataset, nproc=2, max_restarts=1, config_path=conf / "train.toml",
+                           capture_output=True)
+    assert "fault injection: SIGKILL at step 7" in summary["output"]
+    assert "resumed from" in summary["output"] and "step-00000004" in summary["output"]
+    assert summary["status"] == "completed" and summary["global_step"] == TOTAL_STEPS
+    assert [s["step"] for s in read_jsonl(run_dir, STEPS_FILE)] == list(range(1, TOTAL_STEPS + 1))
+    _assert_identical(reference[0], run_dir)
+
+
+def test_killed_run_fails_then_resumes_to_identical_parameters(reference, workdir, tiny_dataset):
+    conf = write_conf_dir(workdir / "conf-kill2", {**JOB, **KILL})
+    run_dir = workdir / "resumed"
+    with pytest.raises(TrainingJobFailed, match="exited with code"):
+        run_training(None, run_dir, tiny_dataset, nproc=2, max_restarts=0, config_path=conf / "train.toml",
+                     capture_output=True)
+    assert not (run_dir / "summary.json").exists()
+    # TORCHELASTIC_RESTART_COUNT is 0 again in a new launch, so the kill must be switched off to resume.
+    clean = write_conf_dir(workdir / "conf-resume", JOB)
+    summary = run_training(None, run_dir, tiny_dataset, nproc=2, config_path=clean / "train.toml",
+                           capture_output=True)
+    assert summary["global_step"] == TOTAL_STEPS
+    _assert_identical(reference[0], run_dir)
+
+
+def test_a_nan_loss_step_is_skipped_counted_and_parameters_stay_finite(workdir, tiny_dataset):
+    conf = write_conf_dir(workdir / "conf-nan", {**JOB, "faults": {"nan_loss_at_steps": [5]}})
+    run_dir = workdir / "nan-once"
+    summary = run_training(None, run_dir, tiny_dataset, nproc=2, config_path=conf / "train.toml",
+                           capture_output=True)
+    assert summary["skipped_steps"] == 1
+    assert "step 5: non-finite loss or gradient, step skipped" in summary["output"]
+    steps = read_jsonl(run_dir, STEPS_FILE)
+    assert [s["skipped_steps"] for s in steps if s["step"] in (5, 6)] == [0, 1]
+    model, _ = _final_state(run_dir)
+    assert all(torch.isfinite(t).all() for t in model.values())
+
+
+def test_consecutive_nan_steps_stop_the_job_with_a_clear_error(workdir, tiny_dataset):
+    conf = write_conf_dir(workdir / "conf-nan3", {**JOB, "faults": {"nan_loss_at_steps": [3, 4, 5]},
+                                                  "loop": {"max_consecutive_skips": 3}})
+    proc = _fraudctl(["train", "--nproc", "2", "--run-name", "diverged", "--dataset-root", str(tiny_dataset),
+                      "--max-restarts", "0"], conf, workdir / "state")
+    assert proc.returncode == 1
+    assert "TrainingDiverged: 3 consecutive steps had a non-finite loss" in proc.stderr
+    assert not (workdir / "state" / "runs" / "diverged" / "summary.json").exists()
+
+
+def test_a_missing_dataset_is_a_clear_cli_error(workdir):
+    conf = write_conf_dir(workdir / "conf-missing", JOB)
+    proc = _fraudctl(["train", "--nproc", "1", "--run-name", "nodata", "--dataset-root", str(workdir / "none"),
+                      "--max-restarts", "0"], conf, workdir / "state")
+    assert proc.returncode == 1
+    assert "no published dataset" in proc.stderr and "fraudctl ingest" in proc.stderr
