@@ -1,0 +1,66 @@
+"""The registry config slice: checked-in files load, env override, validation, store locations."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.config import ConfigError
+from pipeline.registry.audit import resolve_actor
+from pipeline.registry.config import (
+    RegistryConfig,
+    artifact_location,
+    is_remote,
+    load_registry_config,
+    local_store_dir,
+    resolved_tracking_uri,
+)
+from pipeline.registry.lock import lock_path
+
+
+@pytest.mark.parametrize("env", ["dev", "prod"])
+def test_checked_in_configs_load(env, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    config = load_registry_config(env)
+    assert config.model_name == "fraud-detector"
+    assert config.gate.min_auc_delta == 0.0
+    assert config.gate.min_holdout_frauds.mode == "block"
+
+
+def test_dev_uses_the_embedded_sqlite_store_under_the_state_dir(state_dir, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    config = load_registry_config("dev")
+    assert resolved_tracking_uri(config) == f"sqlite:///{state_dir / 'mlflow' / 'mlflow.db'}"
+    assert artifact_location(config) == (state_dir / "mlflow" / "artifacts").as_uri()
+    assert lock_path(config) == state_dir / "mlflow" / "locks" / "fraud-detector.lock"
+    assert not is_remote(config)
+
+
+def test_mlflow_tracking_uri_overrides_the_file(state_dir, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "https://mlflow.example:5000")
+    config = load_registry_config("dev")
+    assert resolved_tracking_uri(config) == "https://mlflow.example:5000"
+    assert is_remote(config) and artifact_location(config) is None
+    assert local_store_dir(config) == state_dir / "mlflow"
+
+
+def test_explicit_sqlite_uri_puts_the_lock_next_to_the_database(tmp_path):
+    config = RegistryConfig(tracking_uri=f"sqlite:///{tmp_path}/elsewhere/store.db")
+    assert lock_path(config) == tmp_path / "elsewhere" / "locks" / "fraud-detector.lock"
+
+
+def test_unknown_gate_key_and_bad_mode_are_named(tmp_path):
+    bad_key = tmp_path / "registry.toml"
+    bad_key.write_text('[gate]\nece_limt = { value = 0.1, mode = "block" }\n')
+    with pytest.raises(ConfigError, match="unknown key 'gate.ece_limt'"):
+        load_registry_config(path=bad_key)
+    bad_mode = tmp_path / "mode.toml"
+    bad_mode.write_text('[gate]\nece_limit = { value = 0.1, mode = "ignore" }\n')
+    with pytest.raises(ConfigError, match=r"gate.ece_limit.mode must be one of \['block', 'warn'\]"):
+        load_registry_config(path=bad_mode)
+
+
+def test_actor_is_explicit_or_the_login_name(monkeypatch):
+    assert resolve_actor("airflow") == "airflow"
+    monkeypatch.setenv("LOGNAME", "risk-oncall")
+    assert resolve_actor(None) == "risk-oncall"
+
