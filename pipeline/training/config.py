@@ -136,3 +136,37 @@ def load_train_config(env: str | None = None, path: Path | None = None) -> Train
 def train_config_from_dict(table: dict, source: str = "<dict>") -> TrainConfig:
     """Build from a nested dict (e.g. a run's config.json without its world_size/backend keys)."""
     return validate_config(from_dict(TrainConfig, table, source=source), source)
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return repr(value)
+
+
+def write_train_toml(table: dict[str, dict], path: Path) -> Path:
+    """Write a nested ``{slice: {key: value}}`` dict as a train.toml (benchmarks and tests derive
+    their configs from the checked-in one this way). Validated first, so a bad override fails here."""
+    train_config_from_dict(table, source=str(path))
+    lines = []
+    for section, values in table.items():
+        lines.append(f"[{section}]")
+        lines += [f"{key} = {_toml_value(value)}" for key, value in values.items()]
+        lines.append("")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines))
+    return path
+
+
+def derive_train_config(env: str, overrides: dict[str, dict] | None = None) -> dict[str, dict]:
+    """``conf/<env>/train.toml`` as a nested dict with per-slice ``overrides`` applied."""
+    from pipeline.config import to_dict
+
+    table = to_dict(load_train_config(env))
+    for section, values in (overrides or {}).items():
+        table[section].update(values)
+    return table

@@ -180,23 +180,24 @@ class TrainStream:
         """Steps ``start_step .. steps_per_epoch-1`` of ``epoch``: each a list of micro-batches."""
         if not 0 <= start_step <= self.steps_per_epoch:
             raise ValueError(f"start_step {start_step} outside epoch of {self.steps_per_epoch} steps")
-        pending: list[tuple[np.ndarray, ...]] = []
-        pending_rows = 0
-        step = start_step
         chunks = self._shuffled_rows(epoch, start_step * self.rows_per_step)
-        while step < self.steps_per_epoch:
-            while pending_rows < self.rows_per_step:
-                part = next(chunks)
-                pending.append(part)
-                pending_rows += len(part[0])
-            merged = [np.concatenate([p[i] for p in pending]) for i in range(3)]
-            head = [torch.from_numpy(np.ascontiguousarray(m[: self.rows_per_step])) for m in merged]
-            rest = [m[self.rows_per_step:] for m in merged]
-            pending, pending_rows = [tuple(rest)], len(rest[0])
+        current: tuple[np.ndarray, ...] = ()
+        cursor = 0  # rows of `current` already handed out
+        for _ in range(start_step, self.steps_per_epoch):
+            parts: list[tuple[np.ndarray, ...]] = []
+            need = self.rows_per_step
+            while need:
+                if not current or cursor == len(current[0]):
+                    current, cursor = next(chunks), 0
+                take = min(need, len(current[0]) - cursor)
+                parts.append(tuple(a[cursor:cursor + take] for a in current))
+                cursor += take
+                need -= take
+            # One copy per step (a step usually comes from one window: the slices are views).
+            step = [torch.from_numpy(np.concatenate([p[i] for p in parts])) for i in range(3)]
             b = self.micro_batch_rows
-            yield [Batch(head[0][i:i + b], head[1][i:i + b], head[2][i:i + b])
+            yield [Batch(step[0][i:i + b], step[1][i:i + b], step[2][i:i + b])
                    for i in range(0, self.rows_per_step, b)]
-            step += 1
 
 
 def iter_eval_chunks(root: Path, manifest: DatasetManifest, split: str, rank: int, world: int,

@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pipeline.config import to_dict
-from pipeline.training.config import load_train_config
+from pipeline.training.config import derive_train_config, write_train_toml
 from pipeline.training.synthetic import SyntheticSpec, write_synthetic_dataset
 
 # 4 train days x 600 rows, 2 shards a day: 8 train shards (divisible by 1, 2 and 4 ranks).
@@ -29,32 +28,15 @@ def write_tiny_dataset(root: Path, spec: SyntheticSpec = TINY_SPEC) -> Path:
     return root
 
 
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    return repr(value)
-
-
 def train_config_dict(overrides: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
     """conf/dev/train.toml as a dict, with TINY_OVERRIDES and then ``overrides`` applied per slice."""
-    config = to_dict(load_train_config("dev"))
-    for layer in (TINY_OVERRIDES, overrides or {}):
-        for section, values in layer.items():
-            config[section].update(values)
-    return config
+    table = derive_train_config("dev", TINY_OVERRIDES)
+    for section, values in (overrides or {}).items():
+        table[section].update(values)
+    return table
 
 
 def write_conf_dir(directory: Path, overrides: dict[str, dict[str, Any]] | None = None) -> Path:
     """A conf directory (for $FRAUD_CONF_DIR) whose train.toml is the tiny config plus ``overrides``."""
-    directory.mkdir(parents=True, exist_ok=True)
-    lines = []
-    for section, values in train_config_dict(overrides).items():
-        lines.append(f"[{section}]")
-        lines += [f"{key} = {_toml_value(value)}" for key, value in values.items()]
-        lines.append("")
-    (directory / "train.toml").write_text("\n".join(lines))
+    write_train_toml(train_config_dict(overrides), directory / "train.toml")
     return directory

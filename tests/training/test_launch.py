@@ -17,3 +17,15 @@ def test_job_arguments_pass_only_what_was_given():
     assert job_arguments(Path("/r"), "dev", None, None, True) == ["--run-dir", "/r", "--env", "dev"]
     assert job_arguments(Path("/r"), None, Path("/c.toml"), Path("/d"), False) == [
         "--run-dir", "/r", "--config", "/c.toml", "--dataset-root", "/d", "--no-resume"]
+
+
+def test_gpu_check_says_clearly_when_there_is_no_gpu():
+    import subprocess
+    import sys
+
+    import torch
+
+    if torch.cuda.is_available():  # on a GPU machine `make gpu-check` itself is the test
+        return
+    proc = subprocess.run([sys.executable, str(JOB_SCRIPT.parent / "gpu_check.py")], capture_output=True, text=True)
+    assert proc.returncode == 2 and "no CUDA device" in proc.stderr
