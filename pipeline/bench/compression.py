@@ -23,8 +23,8 @@ VARIANTS: list[tuple[str, str, float | None]] = [  # (reported method, compressi
     ("topk", "topk", 0.01),
     ("topk", "topk", 0.001),
 ]
-DENSE_WARMUP_STEPS = 20
-DENSITY_WARMUP_EPOCHS = 1.0
+DENSE_WARMUP_STEPS = {False: 20, True: 2}  # by quick
+DENSITY_WARMUP_EPOCHS = {False: 1.0, True: 0.5}
 
 
 def _steady_bytes(steps: list[dict[str, Any]], after_step: int) -> float:
@@ -35,21 +35,22 @@ def _steady_bytes(steps: list[dict[str, Any]], after_step: int) -> float:
 def run(quick: bool) -> dict[str, Any]:
     root, source = bench_dataset_root(quick)
     epochs = 2 if quick else 5
+    dense_warmup, density_warmup = DENSE_WARMUP_STEPS[quick], DENSITY_WARMUP_EPOCHS[quick]
     results = []
     with tempfile.TemporaryDirectory(dir=state_dir()) as tmp:
         for method, hook, density in VARIANTS:
             overrides = {
                 "model": BENCH_MODEL,
                 "data": {"global_batch_size": 4096},
-                "compression": {"method": hook, "density": density or 1.0, "dense_warmup_steps": DENSE_WARMUP_STEPS,
-                                "density_warmup_epochs": DENSITY_WARMUP_EPOCHS},
+                "compression": {"method": hook, "density": density or 1.0, "dense_warmup_steps": dense_warmup,
+                                "density_warmup_epochs": density_warmup},
                 "checkpoint": {"every_steps": 1_000_000},
                 "loop": {"epochs": epochs, "early_stop_patience": 1000, "log_every": 1, "threads_per_rank": 1},
             }
             name = f"{method}-{density}"
             summary, steps = run_bench_training(Path(tmp), name, root, 2, overrides)
             steps_per_epoch = summary["global_step"] // epochs
-            warm = DENSE_WARMUP_STEPS + round(DENSITY_WARMUP_EPOCHS * steps_per_epoch)
+            warm = dense_warmup + round(density_warmup * steps_per_epoch)
             results.append({
                 "method": method, "density": density,
                 "bytes_per_step": _steady_bytes(steps, warm if density else 0),
@@ -68,7 +69,7 @@ def run(quick: bool) -> dict[str, Any]:
     return {
         "dataset": {"root": str(root), "source": source},
         "processes": 2, "epochs": epochs, "global_batch_size": 4096,
-        "dense_warmup_steps": DENSE_WARMUP_STEPS, "density_warmup_epochs": DENSITY_WARMUP_EPOCHS,
+        "dense_warmup_steps": dense_warmup, "density_warmup_epochs": density_warmup,
         "bytes_note": "per rank and step, after the warm-ups; values (fp32) + indices (int32) for top-k",
         "goal": ">= 300x fewer bytes at density 0.001 with AUC within 0.002 of dense",
         "runs": results,

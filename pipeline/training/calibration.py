@@ -23,8 +23,11 @@ class Calibration:
 
 
 def fit_calibration(logits: torch.Tensor, labels: torch.Tensor, iters: int = 100) -> Calibration:
-    """Minimise the validation log-loss of ``sigmoid(a * logit + b)``; returns T = 1/a, shift = b/a."""
+    """Minimise the validation log-loss of ``sigmoid(a * logit + b)``; returns T = 1/a, shift = b/a.
+    Identity when the labels hold one class only (no evidence to calibrate on)."""
     z, y = logits.double().detach(), labels.double().detach()
+    if not 0 < float(y.sum()) < y.numel():
+        return Calibration(temperature=1.0, logit_shift=0.0)  # one class only: nothing to fit
     log_a = torch.zeros((), dtype=torch.float64, requires_grad=True)  # a = exp(log_a) > 0 keeps order
     b = torch.zeros((), dtype=torch.float64, requires_grad=True)
     opt = torch.optim.LBFGS([log_a, b], lr=0.5, max_iter=iters, line_search_fn="strong_wolfe")

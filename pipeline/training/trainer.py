@@ -33,6 +33,7 @@ from pipeline.training.compression import density_at_step
 from pipeline.training.config import TrainConfig
 from pipeline.training.data import DataConfigError, TrainStream, feature_moments, normalization_from_moments
 from pipeline.training.distributed import DistEnv, barrier, check_replicas, log_rank, log_rank0
+from pipeline.training.evaluate import gather_scored, score_split, split_metrics
 from pipeline.training.finalize import finalize_run
 from pipeline.training.loss import make_loss
 from pipeline.training.progress import ProgressLine, format_progress
@@ -249,10 +250,9 @@ class Trainer:
 
     def _validate(self, epoch: int) -> bool:
         """Per-epoch validation, best tracking and early stopping. Returns whether this is the best."""
-        if not self.config.loop.validate:
-            return True  # without validation the latest weights are the ones exported
-        from pipeline.training.evaluate import gather_scored, score_split, split_metrics
-
+        if not self.config.loop.validate:  # without validation the latest weights are the ones exported
+            self.state.best_step, self.state.best_epoch = self.state.global_step, epoch
+            return True
         scored = gather_scored(score_split(self.model, self.dataset_root, self.manifest, "validation",
                                            self.env.rank, self.env.world_size, self.env.device))
         metrics = split_metrics(scored, self.loss_fn)
