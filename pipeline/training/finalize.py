@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from pipeline.training.trainer import Trainer
 
 
-def finalize_run(trainer: Trainer, started: float, peak_rss_per_rank: list[float]) -> dict[str, Any]:
+def finalize_run(trainer: Trainer, started: float, rank_stats: list[dict[str, float]]) -> dict[str, Any]:
     run_dir, state, config = trainer.run_dir, trainer.state, trainer.config
     best_dir = trainer.checkpointer.directory / BEST
     model = load_checkpoint_model(best_dir, apply_stored_calibration=False)
@@ -55,8 +55,10 @@ def finalize_run(trainer: Trainer, started: float, peak_rss_per_rank: list[float
         "world_size": trainer.env.world_size,
         "backend": trainer.env.backend,
         "wall_s": round(time.time() - started, 3),
-        "peak_rss_mb": max(peak_rss_per_rank),
-        "peak_rss_mb_per_rank": peak_rss_per_rank,
+        "peak_rss_mb": max(r["peak_rss_mb"] for r in rank_stats),
+        "peak_rss_mb_per_rank": [r["peak_rss_mb"] for r in rank_stats],
+        "train_cpu_s_per_rank": [r["loop_cpu_s"] for r in rank_stats],
+        "train_samples": trainer.loop_samples,
         "stopped_early": state.stopped_early,
         "skipped_steps": state.skipped_steps,
         "train_samples_per_s": trainer.loop_samples / trainer.loop_seconds if trainer.loop_seconds else float("nan"),

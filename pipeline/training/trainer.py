@@ -101,6 +101,7 @@ class Trainer:
         self.state = TrainerState()
         self.progress = ProgressLine()
         self.loop_seconds = 0.0  # time in data loading + train steps (throughput, not wall)
+        self.loop_cpu_seconds = 0.0  # CPU time of this process (all its threads) in the same span
         self.loop_samples = 0
 
     def _micro_batch_rows(self) -> int:
@@ -125,12 +126,12 @@ class Trainer:
                   f"compression {self.config.compression.method}, resuming at step {self.state.global_step}")
         while not self._finished():
             self._train_epoch()
-        peaks = self._gather_peak_rss()
+        rank_stats = self._gather_rank_stats()
         summary = None
         if self.env.is_rank0:
             self.progress.finish()
             self.checkpointer.ensure_best(self.state.best_step if self.state.best_step >= 0 else None)
-            summary = finalize_run(self, started, peaks)
+            summary = finalize_run(self, started, rank_stats)
         barrier()
         return summary
 
@@ -141,15 +142,16 @@ class Trainer:
     def _train_epoch(self) -> None:
         epoch = self.state.epoch
         steps = self.data.epoch(epoch, self.state.step_in_epoch)
-        tick = time.perf_counter()
+        tick, cpu_tick = time.perf_counter(), time.process_time()
         for micro_batches in steps:
             self._maybe_inject_kill()
             self.train_step(micro_batches)
             self.loop_seconds += time.perf_counter() - tick
+            self.loop_cpu_seconds += time.process_time() - cpu_tick
             self._after_step()
             if self.state.global_step >= self.total_steps:
                 break
-            tick = time.perf_counter()
+            tick, cpu_tick = time.perf_counter(), time.process_time()
         if self.state.step_in_epoch == self.data.steps_per_epoch:
             self.state.epoch, self.state.step_in_epoch = epoch + 1, 0
         is_best = self._validate(epoch)
@@ -337,10 +339,11 @@ class Trainer:
             log_rank(f"fault injection: SIGKILL at step {self.state.global_step}")
             os.kill(os.getpid(), signal.SIGKILL)
 
-    def _gather_peak_rss(self) -> list[float]:
-        mine = peak_rss_mb()
+    def _gather_rank_stats(self) -> list[dict[str, float]]:
+        """Every rank's peak RSS and training-loop CPU seconds (collective)."""
+        mine = {"peak_rss_mb": peak_rss_mb(), "loop_cpu_s": self.loop_cpu_seconds}
         if self.env.world_size == 1:
             return [mine]
-        every: list[float | None] = [None] * self.env.world_size
+        every: list[dict[str, float] | None] = [None] * self.env.world_size
         dist.all_gather_object(every, mine)
-        return [float(x) for x in every if x is not None]
+        return [x for x in every if x is not None]
