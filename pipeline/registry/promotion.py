@@ -8,12 +8,14 @@ artifact on the challenger's run). Any error before that point leaves the regist
 Idempotence: the decision is stored on the challenger version under a tag keyed by the champion
 version and the holdout fingerprint. Re-running the same gate (same challenger, same champion, same
 holdout rows) returns that recorded decision without scoring or auditing again; a promoted
-challenger is simply "already champion".
+challenger is simply "already champion", and one an operator has since rolled back is not promoted
+again (exit 3: reinstating it is a deliberate ``fraudctl rollback --to-version``).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -64,10 +66,21 @@ def run_gate(config: RegistryConfig, dataset_root: Path | None = None, dataset_v
         holdout = _holdout_for(challenger, dataset_root, dataset_version, config)
         key = gate_key(champion_v, holdout.fingerprint)
         if key in challenger.tags:
-            return GateReport.from_json(challenger.tags[key]).as_replay()
+            return _replay(GateReport.from_json(challenger.tags[key]))
         report = _evaluate(config, challenger_v, champion, holdout, actor)
         _record(client, config, report, challenger, key)
         return report
+
+
+def _replay(recorded: GateReport) -> GateReport:
+    """The recorded decision of an identical gate run. A recorded promotion whose challenger is no
+    longer champion was undone by an operator (rollback): repeating it would undo the rollback."""
+    if not recorded.decision.promote:
+        return recorded.as_replay()
+    reason = (f"v{recorded.challenger_version} passed this gate at {recorded.decided_at} and was later rolled "
+              f"back; not promoting it again (use `fraudctl rollback --to-version {recorded.challenger_version}`"
+              " to reinstate it deliberately)")
+    return replace(recorded, outcome=REJECTED, decision=Decision(False, (reason,)), replayed=True)
 
 
 def _holdout_for(challenger: ModelVersion, dataset_root: Path | None, dataset_version: str | None,

@@ -1,4 +1,5 @@
-"""What a gate run decided, in a form that is stored (version tag, JSON artifact) and printed.
+"""What a gate run decided, in a form that is stored (version tag, JSON artifact) and printed;
+and the printed form of the audit history.
 
 Exit codes of ``fraudctl promote`` come from here: 0 promoted (or already champion), 3 rejected.
 Errors (exit 1) never produce a report.
@@ -11,6 +12,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from pipeline.registry.audit import AuditRecord
 from pipeline.registry.gate import Decision
 
 EXIT_PROMOTED = 0
@@ -108,4 +110,15 @@ def format_gate_report(report: GateReport) -> str:
     lines += [f"  {marker} {r}" for r in report.decision.reasons]
     lines += [f"  ! {w}" for w in report.decision.warnings]
     lines += [f"  note: {n}" for n in report.notes]
+    return "\n".join(lines)
+
+
+def format_history(model_name: str, aliases: dict[str, int | None], records: list[AuditRecord]) -> str:
+    """Current aliases, then one line per audit record (oldest first)."""
+    current = "  ".join(f"{alias}=v{v}" if v else f"{alias}=-" for alias, v in aliases.items())
+    lines = [f"{model_name}: {current}",
+             f"{'time':<26}{'actor':<14}{'action':<26}{'from':>6}{'to':>6}  reason"]
+    for r in records:
+        lines.append(f"{r.time:<26}{r.actor[:13]:<14}{r.action:<26}{r.from_version or '-':>6}"
+                     f"{r.to_version or '-':>6}  {r.reason}")
     return "\n".join(lines)

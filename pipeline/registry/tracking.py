@@ -37,8 +37,6 @@ log = logging.getLogger(__name__)
 
 STEP_METRICS = ("loss", "lr", "density", "bytes_sent", "bytes_dense", "samples_per_s", "skipped_steps")
 EPOCH_METRICS = ("auc_roc", "average_precision", "recall_at_1pct_fpr", "card_precision_at_100", "ece")
-SUMMARY_METRICS = ("global_step", "epochs", "best_epoch", "temperature", "bytes_sent_total",
-                   "bytes_dense_total", "wall_s", "peak_rss_mb")
 FINGERPRINT_TAG = "fraud.run_fingerprint"
 
 
@@ -109,7 +107,9 @@ def _log_metrics(client: MlflowClient, run_id: str, run: TrainingRun) -> None:
     final_step = int(run.summary.get("global_step") or 0)
     best = run.summary.get("best_metrics") or {}
     metrics += _metric_series([{**best, "step": final_step}], ("val_loss", *EPOCH_METRICS), "best_")
-    metrics += _metric_series([{**run.summary, "step": final_step}], SUMMARY_METRICS, "")
+    # Every top-level number of summary.json (global_step, temperature, bytes totals, wall_s, ...).
+    figures = tuple(k for k, v in run.summary.items() if isinstance(v, int | float) and not isinstance(v, bool))
+    metrics += _metric_series([{**run.summary, "step": final_step}], figures, "")
     for i in range(0, len(metrics), MAX_METRICS_PER_BATCH):
         client.log_batch(run_id, metrics=metrics[i : i + MAX_METRICS_PER_BATCH])
 

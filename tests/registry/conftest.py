@@ -41,17 +41,31 @@ TEST_GATE = GateConfig(first_model_auc_floor=0.7, psi_limit=Guardrail(0.25, "war
                        min_holdout_frauds=Guardrail(30, "block"), ece_limit=Guardrail(0.1, "block"))
 
 
+@dataclass(frozen=True)
+class Trained:
+    root: Path
+    manifest: DatasetManifest
+    good: FraudModel
+    weak: FraudModel
+
+
+@pytest.fixture(scope="session")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
+    """The dataset and the two trained models: read-only, so shared by every registry test module."""
+    root = tmp_path_factory.mktemp("registry-dataset")
+    manifest = factory.write_dataset(root)
+    return Trained(root, manifest, factory.train_model(root, manifest),
+                   factory.train_model(root, manifest, rows=150, steps=30))
+
+
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+def world(tmp_path_factory: pytest.TempPathFactory, trained: Trained) -> Iterator[World]:
+    """A fresh state dir (so a fresh MLflow store) for the module, with the shared dataset and models."""
     tmp = tmp_path_factory.mktemp("registry")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("FRAUD_STATE_DIR", str(tmp / "state"))
         mp.delenv("MLFLOW_TRACKING_URI", raising=False)
-        root = tmp / "dataset"
-        manifest = factory.write_dataset(root)
-        good = factory.train_model(root, manifest)
-        weak = factory.train_model(root, manifest, rows=150, steps=30)
-        yield World(tmp, tmp / "state", root, manifest, good, weak)
+        yield World(tmp, tmp / "state", trained.root, trained.manifest, trained.good, trained.weak)
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from pipeline.registry.errors import (
 )
 from pipeline.registry.promotion import GATE_TAG_PREFIX, run_gate
 from pipeline.registry.report import ALREADY_CHAMPION, EXIT_PROMOTED, EXIT_REJECTED, PROMOTED, REJECTED
+from pipeline.registry.rollback import rollback
 from pipeline.registry.store import CHAMPION, PREVIOUS_CHAMPION, version_by_alias
 from pipeline.registry.tracking import register_run
 from tests.registry import factory
@@ -135,6 +136,18 @@ def test_rerunning_after_a_promotion_finds_it_already_champion(world, config, cl
     again = run_gate(config)
     assert (again.outcome, again.exit_code, again.challenger_version) == (ALREADY_CHAMPION, EXIT_PROMOTED, version)
     assert len(read_history(client, config.model_name)) == 1
+
+
+def test_a_promotion_undone_by_rollback_is_not_repeated_by_a_rerun(world, config, client):
+    old = with_champion(world, config, world.weak)
+    new = register(world, config, "better", world.good)
+    assert run_gate(config).outcome == PROMOTED
+    rollback(config, actor="oncall")
+    again = run_gate(config)
+    assert (again.outcome, again.exit_code, again.replayed) == (REJECTED, EXIT_REJECTED, True)
+    assert "rolled back" in again.decision.reasons[0]
+    assert alias(client, config, CHAMPION) == old and new != old
+    assert [r.action for r in read_history(client, config.model_name)] == ["promote", "promote", "rollback"]
 
 
 def test_corrupt_challenger_artifact_is_an_error_and_champion_unchanged(world, config, client):
