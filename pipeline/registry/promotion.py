@@ -129,6 +129,10 @@ def _evaluate(config: RegistryConfig, challenger_v: int, champion: ModelVersion 
     )
 
 
+def _metric_tags(prefix: str, metrics: dict[str, float]) -> dict[str, str]:
+    return {f"{prefix}{k}": f"{metrics[k]:.6f}" for k in ("auc_roc", "average_precision", "ece") if k in metrics}
+
+
 def _record(client: MlflowClient, config: RegistryConfig, report: GateReport, challenger: ModelVersion,
             key: str) -> None:
     """Act on the decision. Order: aliases, audit, then the idempotence tag (written last, so a crash
@@ -146,7 +150,8 @@ def _record(client: MlflowClient, config: RegistryConfig, report: GateReport, ch
         "gate.champion_version": str(report.champion_version or "none"),
         "gate.holdout": f"{report.holdout['dataset']}@{report.holdout['version']} "
                         f"{report.holdout['start']}..{report.holdout['end']}",
-        "gate.auc_roc": f"{report.challenger_metrics['auc_roc']:.6f}",
+        **_metric_tags("gate.", report.challenger_metrics),
+        **_metric_tags("gate.champion_", report.champion_metrics or {}),
         "gate.reasons": reason[:5000],
     }
     for tag, value in summary.items():

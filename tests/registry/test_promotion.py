@@ -71,6 +71,8 @@ def test_better_challenger_is_promoted_and_the_old_champion_stays_reachable(worl
     assert (alias(client, config, CHAMPION), alias(client, config, PREVIOUS_CHAMPION)) == (new, old)
     tags = client.get_model_version(config.model_name, str(new)).tags
     assert tags["gate.outcome"] == PROMOTED and tags["gate.champion_version"] == str(old)
+    assert float(tags["gate.champion_auc_roc"]) == pytest.approx(report.champion_metrics["auc_roc"], abs=1e-6)
+    assert float(tags["gate.auc_roc"]) == pytest.approx(report.challenger_metrics["auc_roc"], abs=1e-6)
     stored = json.loads(next(v for k, v in tags.items() if k.startswith(GATE_TAG_PREFIX)))
     assert stored["champion_metrics"]["auc_roc"] == pytest.approx(report.champion_metrics["auc_roc"])
     run_id = client.get_model_version(config.model_name, str(new)).run_id
