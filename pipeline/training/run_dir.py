@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +36,9 @@ def write_json_atomic(path: Path, obj: Any) -> None:
 
 
 def write_run_inputs(run_dir: Path, config: dict[str, Any], manifest: DatasetManifest, dataset_root: Path) -> None:
-    """config.json, dataset.json (the manifest trained on, verbatim) and dataset_root.txt."""
+    """config.json, dataset.json (the manifest file trained on, byte for byte) and dataset_root.txt."""
     write_json_atomic(run_dir / CONFIG_FILE, config)
-    (run_dir / DATASET_FILE).write_text(manifest.to_json())
+    shutil.copyfile(Path(dataset_root) / "manifests" / f"{manifest.version}.json", run_dir / DATASET_FILE)
     (run_dir / DATASET_ROOT_FILE).write_text(str(Path(dataset_root).resolve()) + "\n")
 
 

@@ -91,7 +91,8 @@ def test_run_directory_follows_the_contract(reference, tiny_dataset):
     config = json.loads((run_dir / "config.json").read_text())
     assert config["world_size"] == 2 and config["backend"] == "gloo" and config["optim"]["accumulation_steps"] == 2
     manifest = load_manifest(tiny_dataset)
-    assert json.loads((run_dir / "dataset.json").read_text())["content_hash"] == manifest.content_hash
+    published = tiny_dataset / "manifests" / f"{manifest.version}.json"
+    assert (run_dir / "dataset.json").read_bytes() == published.read_bytes()
     assert Path((run_dir / "dataset_root.txt").read_text().strip()) == tiny_dataset.resolve()
     steps = read_jsonl(run_dir, STEPS_FILE)
     assert [s["step"] for s in steps] == list(range(1, TOTAL_STEPS + 1))
