@@ -9,6 +9,7 @@ replicas mismatched, bad config or dataset); torchrun restarts failed workers up
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -50,7 +51,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_train_config(args.env, args.config)
         if args.no_resume:
-            import dataclasses
             config = dataclasses.replace(config, checkpoint=dataclasses.replace(config.checkpoint, resume=False))
         dataset_root = resolve_state_path(args.dataset_root or config.data.dataset_root)
         env = init_distributed()

@@ -94,6 +94,11 @@ class TopKCompressor:
             grad.add_(residual.view_as(grad))
             self._staged[name] = torch.zeros_like(residual)
 
+    @property
+    def staged(self) -> dict[str, torch.Tensor]:
+        """Residuals computed this step, not yet committed (read-only view for inspection)."""
+        return dict(self._staged)
+
     def commit(self) -> None:
         self.residuals.update(self._staged)
         self._staged.clear()

@@ -31,7 +31,13 @@ from pipeline.training.checkpoint import Checkpointer
 from pipeline.training.comm_hooks import register_compression
 from pipeline.training.compression import density_at_step
 from pipeline.training.config import TrainConfig
-from pipeline.training.data import DataConfigError, TrainStream, feature_moments, normalization_from_moments
+from pipeline.training.data import (
+    Batch,
+    DataConfigError,
+    TrainStream,
+    feature_moments,
+    normalization_from_moments,
+)
 from pipeline.training.distributed import DistEnv, barrier, check_replicas, log_rank, log_rank0
 from pipeline.training.evaluate import gather_scored, score_split, split_metrics
 from pipeline.training.finalize import finalize_run
@@ -157,7 +163,7 @@ class Trainer:
         is_best = self._validate(epoch)
         self._save(epoch, is_best)
 
-    def train_step(self, micro_batches: list) -> None:
+    def train_step(self, micro_batches: list[Batch]) -> None:
         """One optimizer step: micro-batches under ``no_sync`` but the last, clip, then AdamW.
 
         A non-finite gradient (every rank sees the same synchronised gradient, so all agree) skips

@@ -87,7 +87,7 @@ def sparse_matches_manual(rank: int) -> dict:
         picks = [select_topk(g, k) for g in every]
         expected = densify([v for v, _ in picks], [i for _, i in picks], flat.numel(), world)
         diffs.append(float((grads[name].reshape(-1) - expected).abs().max()))
-    residual_total = sum(float(r.abs().sum()) for r in state.compressor._staged.values())
+    residual_total = sum(float(r.abs().sum()) for r in state.compressor.staged.values())
     return {"max_diff": max(diffs), "bytes_sent": state.step_bytes_sent, "expected_bytes": expected_bytes,
             "bytes_dense": state.step_bytes_dense, "dense_bytes_expected": 4 * sum(p.numel() for p in local.parameters()),
             "staged_residual_abs_sum": residual_total}
