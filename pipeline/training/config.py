@@ -20,7 +20,7 @@ LossKind = Literal["weighted_bce", "focal"]
 @dataclass(frozen=True)
 class DataConfig:
     # Relative paths resolve under the state directory (pipeline.paths.resolve_state_path).
-    dataset_root: str = env_override("FRAUD_DATASET_ROOT", "datasets/transactions")
+    dataset_root: str = env_override("FRAUD_DATASET_ROOT", "datasets/fraud-dev")
     version: str = ""  # "" = the version LATEST points at
     global_batch_size: int = 4096  # rows per optimizer step, all ranks and micro-steps together
     shuffle_window_rows: int = 200_000  # rows held in memory for shuffling (bounds RAM per rank)
