@@ -7,6 +7,7 @@ the high watermark from a real Fetch response, which is right on every broker we
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Callable
 
@@ -22,8 +23,16 @@ class KafkaUnavailable(RuntimeError):
 
 def wait_until_ready(bootstrap_servers: str, timeout_s: float, alive: Callable[[], bool] = lambda: True) -> None:
     """Block until the broker answers a metadata request, or raise ``KafkaUnavailable``."""
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
     deadline = time.monotonic() + timeout_s
+    # Wait for the listening socket first: librdkafka would log every refused connection attempt.
+    host, _, port = bootstrap_servers.split(",")[0].rpartition(":")
+    while time.monotonic() < deadline and alive():
+        try:
+            socket.create_connection((host, int(port)), timeout=0.5).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
     last: Exception | None = None
     while time.monotonic() < deadline:
         if not alive():
