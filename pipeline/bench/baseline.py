@@ -20,7 +20,8 @@ import pandas as pd
 import torch
 
 from models.fraud_mlp import frame_to_tensors, load_model
-from pipeline.bench.train import BENCH_MODEL, bench_dataset_root, run_bench_training
+from pipeline.bench.dataset import bench_dataset_root
+from pipeline.bench.train import BENCH_MODEL, run_bench_training
 from pipeline.datasets.manifest import DatasetManifest, load_manifest
 from pipeline.datasets.reader import read_split
 from pipeline.metrics import auc_roc, average_precision, card_precision_at_k

@@ -13,7 +13,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from pipeline.bench.train import BENCH_MODEL, bench_dataset_root, run_bench_training
+from pipeline.bench.dataset import bench_dataset_root
+from pipeline.bench.train import BENCH_MODEL, run_bench_training
 from pipeline.paths import state_dir
 
 VARIANTS: list[tuple[str, str, float | None]] = [  # (reported method, compression.method, density)

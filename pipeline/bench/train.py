@@ -4,9 +4,9 @@ Same global batch, same number of steps, data loading included (the timer covers
 shuffling and the train steps; not start-up, validation or checkpoints). Reports samples/s and
 ``scaling_efficiency = T1 / (2 * T2)`` with peak memory per rank.
 
-Dataset: ``$FRAUD_BENCH_DATASET`` (a dataset root, e.g. the ingest output) when set; otherwise the
-synthetic generator of pipeline/training/synthetic.py (same manifest format), cached under the
-state dir. The training benchmarks (train, compression, baseline) share these helpers.
+Dataset: the simulated dataset of :mod:`pipeline.bench.dataset` (simulator -> Kafka -> Spark
+ingest), or ``$FRAUD_BENCH_DATASET``. The training benchmarks (train, compression, baseline) share
+these helpers.
 """
 
 from __future__ import annotations
@@ -17,30 +17,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from pipeline.bench.dataset import bench_dataset_root
 from pipeline.paths import state_dir
 from pipeline.training.config import derive_train_config, write_train_toml
 from pipeline.training.launch import run_training
 from pipeline.training.run_dir import STEPS_FILE, read_jsonl
-from pipeline.training.synthetic import SyntheticSpec, write_synthetic_dataset
 
-BENCH_DATASET_ENV = "FRAUD_BENCH_DATASET"
-FULL_SPEC = SyntheticSpec(train_days=20, validation_days=3, test_days=3, rows_per_day=20_000, shards_per_date=2,
-                          row_group_rows=16_384, num_cards=50_000, seed=2026)
-QUICK_SPEC = SyntheticSpec(train_days=6, validation_days=2, test_days=2, rows_per_day=5_000, shards_per_date=2,
-                           row_group_rows=4_096, num_cards=10_000, seed=2026)
 # The production architecture (conf/prod) so compute per step is realistic; loop settings for timing.
 BENCH_MODEL = {"embedding_dim": 8, "hidden_dim": 128, "num_blocks": 2, "dropout": 0.1}
-
-
-def bench_dataset_root(quick: bool) -> tuple[Path, str]:
-    """(dataset root, where it came from). Synthetic datasets are written once and reused."""
-    explicit = os.environ.get(BENCH_DATASET_ENV)
-    if explicit:
-        return Path(explicit), f"${BENCH_DATASET_ENV}"
-    root = state_dir() / "bench" / "datasets" / ("synthetic-quick" if quick else "synthetic-full")
-    if not (root / "LATEST").is_file():
-        write_synthetic_dataset(root, QUICK_SPEC if quick else FULL_SPEC)
-    return root, "pipeline.training.synthetic (ingest output not used: set $FRAUD_BENCH_DATASET)"
 
 
 def run_bench_training(workdir: Path, name: str, dataset_root: Path, nproc: int,
