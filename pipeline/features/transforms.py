@@ -153,17 +153,20 @@ def categorical_codes(tx: DataFrame) -> DataFrame:
     return tx
 
 
-def build_features(transactions: DataFrame, labels: DataFrame, params: FeatureParams) -> DataFrame:
+def build_features(transactions: DataFrame, labels: DataFrame, params: FeatureParams,
+                   history: DataFrame | None = None) -> DataFrame:
     """All features for every transaction in ``transactions``.
 
     Output: ``transaction_id, card_id, event_time, event_date`` (UTC) and ``FEATURE_COLUMNS``
     (numerics double, categoricals int). Rows near the start of the input see less history than
-    they had in reality: callers load ``LOOKBACK_DAYS`` (and the label match period) before the
-    first date they keep.
+    they had in reality: callers load ``LOOKBACK_DAYS`` before the first date they keep, and pass
+    as ``history`` transactions reaching ``label_match_days`` further back, where fraud reports
+    find their merchant (default: ``transactions``).
     """
     tx = with_event_micros(transactions)
+    past = with_event_micros(history) if history is not None else tx
     tx = card_window_features(tx)
-    tx = merchant_window_features(tx, fraud_known_events(tx, labels, params))
+    tx = merchant_window_features(tx, fraud_known_events(past, labels, params))
     tx = categorical_codes(time_features(tx))
     tx = tx.withColumn("amount", F.col("amount").cast("double"))
     return tx.select("transaction_id", "card_id", "event_time", utc_date(F.col(TS_US)).alias("event_date"),

@@ -48,9 +48,9 @@ class RawStoreConfig:
     """Where the raw store lives and which records ingest refuses by their timing."""
 
     path: str = "raw"  # relative paths are under the state directory
-    # An event that reached Kafka more than this long after its own time is LATE_EVENT ...
+    # An event this far behind its partition's watermark (latest accepted event time) is LATE_EVENT ...
     max_lateness_days: float = 7.0
-    # ... and one stamped more than this after the Kafka timestamp is FUTURE_EVENT_TIME (clock skew).
+    # ... and one stamped more than this after its Kafka timestamp is FUTURE_EVENT_TIME (clock skew).
     max_clock_skew_s: float = 300.0
 
     def root(self) -> Path:

@@ -105,6 +105,7 @@ class StoreCommit:
     offsets: dict[str, dict[int, int]]
     first_offsets: dict[str, dict[int, int]]  # where consumption began: the manifest's [start, end)
     runs: tuple[str, ...]
+    watermarks: dict[str, dict[int, int]] = field(default_factory=dict)  # latest accepted event time (us)
 
     def consumed_ranges(self) -> dict[str, dict[str, list[int]]]:
         """``{topic: {partition: [first, next)}}`` as the dataset manifest records it."""
@@ -122,22 +123,33 @@ class OffsetStore:
         if not self.path.is_file():
             return StoreCommit({}, {}, ())
         d = json.loads(self.path.read_text())
-        as_int = lambda m: {t: {int(p): int(o) for p, o in parts.items()} for t, parts in m.items()}  # noqa: E731
-        return StoreCommit(as_int(d["offsets"]), as_int(d["first_offsets"]), tuple(d["runs"]))
+        return StoreCommit(_from_json(d["offsets"]), _from_json(d["first_offsets"]), tuple(d["runs"]),
+                           _from_json(d.get("watermarks", {})))
 
-    def commit(self, run_id: str, plans: list[OffsetPlan]) -> StoreCommit:
-        """Record ``run_id`` as committed and advance offsets to the end of ``plans``. Atomic."""
+    def commit(self, run_id: str, plans: list[OffsetPlan],
+               watermarks: dict[str, dict[int, int]] | None = None) -> StoreCommit:
+        """Record ``run_id`` as committed, advance offsets to the end of ``plans`` and raise the
+        partitions' watermarks to ``watermarks`` (never lowers them). One atomic file replace."""
         current = self.load()
         offsets = {t: dict(p) for t, p in current.offsets.items()}
         first = {t: dict(p) for t, p in current.first_offsets.items()}
+        marks = {t: dict(p) for t, p in current.watermarks.items()}
         for plan in plans:
             offsets.setdefault(plan.topic, {}).update(plan.next_offsets())
             for r in plan.ranges:
                 first.setdefault(plan.topic, {}).setdefault(r.partition, r.start)
-        new = StoreCommit(offsets, first, current.runs + (run_id,))
-        _atomic_write_json(self.path, {
-            "offsets": {t: {str(p): o for p, o in parts.items()} for t, parts in offsets.items()},
-            "first_offsets": {t: {str(p): o for p, o in parts.items()} for t, parts in first.items()},
-            "runs": list(new.runs),
-        })
+        for topic, parts in (watermarks or {}).items():
+            for p, w in parts.items():
+                marks.setdefault(topic, {})[p] = max(w, marks.get(topic, {}).get(p, w))
+        new = StoreCommit(offsets, first, current.runs + (run_id,), marks)
+        _atomic_write_json(self.path, {"offsets": _to_json(offsets), "first_offsets": _to_json(first),
+                                       "watermarks": _to_json(marks), "runs": list(new.runs)})
         return new
+
+
+def _to_json(m: dict[str, dict[int, int]]) -> dict:
+    return {t: {str(p): o for p, o in sorted(parts.items())} for t, parts in sorted(m.items())}
+
+
+def _from_json(m: dict) -> dict[str, dict[int, int]]:
+    return {t: {int(p): int(o) for p, o in parts.items()} for t, parts in m.items()}

@@ -1,238 +1,209 @@
-"""Spark-side validation of Kafka records, derived from the event contract.
+"""Validation of Kafka record values against the event contract, vectorised with Arrow.
 
-:func:`pipeline.contract.validate_event` is the one definition of a valid event. Running it per
-row in Python would make every record cross into a Python worker, so this module compiles the
-same rules into vectorised Spark expressions, generated from ``FIELDS_BY_KIND``, the contract's
-regexes and ``SUPPORTED_SCHEMA_VERSIONS``, in the contract's order, producing the same first
-``RejectReason`` (parity is tested on a corpus covering every reason).
+:func:`pipeline.contract.validate_event` is the one definition of a valid event and of every
+``RejectReason``. This module makes it fast without redefining it ("accept fast, reject exact"):
 
-Where Spark's JSON parser and Python's ``json`` disagree, Spark does not guess: rows that
-``try_parse_json`` refuses (NaN/Infinity literals, duplicate keys, control characters, ...),
-that carry text after the object, that are not objects, or whose integers/timestamps fall in
-the ranges where Spark and Python differ are routed to ``validate_event`` itself (an Arrow UDF
-that only sees those rows). Its verdict and a clean re-encoding of the contract fields replace the
-Spark ones. Known remaining difference: an object followed by extra text that itself ends in ``}``
-without starting a new object (``{"a":1} "x"}``) is accepted by Spark's parser.
+1. Fast path, per Arrow batch: records that are one-line JSON objects are parsed together by
+   Arrow's JSON reader against a strict schema generated from ``FIELDS_BY_KIND`` (a field of the
+   wrong JSON type, a duplicate key, a NaN in an int field... fails the block, which is then
+   bisected). Parsed rows are then checked with vectorised, deliberately *stricter* versions of the
+   contract's rules (the contract's own currency/MCC/country regexes, a canonical
+   ``YYYY-MM-DDTHH:MM:SS[.f]Z`` time that must round-trip, ASCII-visible ids, finite positive
+   amounts). The fast path only ever *accepts*.
+2. Exact path: every record the fast path did not accept goes through ``validate_event`` itself,
+   which decides valid or rejected and names the reason and field.
+
+So every rejection reason is the contract's by construction, and the fast path's soundness
+("never accepts what the contract rejects") is what the tests check, on a corpus covering every
+reason and on randomly mutated records. Typical clean traffic never touches the per-record
+Python path. :func:`classify_records` runs this (and the timing screen) inside Spark with
+``mapInArrow``.
 """
 
 from __future__ import annotations
 
-import json
-import sys
+from collections.abc import Sequence
 
 import pyarrow as pa
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
+import pyarrow.compute as pc
+import pyarrow.json as pj
 
 from pipeline.contract import (
     COUNTRY_RE,
     CURRENCY_RE,
     FIELDS_BY_KIND,
     MCC_RE,
-    RFC3339_RE,
     SUPPORTED_SCHEMA_VERSIONS,
     FieldSpec,
     Kind,
+    Rejection,
     RejectReason,
+    parse_rfc3339,
     validate_event,
 )
 
 REASON = "reject_reason"  # RejectReason value, null when the record is valid
 FIELD = "reject_field"  # contract field at fault, when there is one
-PAYLOAD = "payload"  # the record's JSON text (unknown fields kept)
-_PARSED = "_parsed"
-ROUTED = "routed_to_python"  # diagnostic: decided by validate_event, not by Spark expressions
+ROUTED = "decided_by_contract"  # diagnostic: the per-record validate_event path decided this row
 
-INTEGRAL_TYPES = ("TINYINT", "SMALLINT", "INT", "BIGINT")
-SPARK_TYPE_BY_JSON_TYPE = {"int": "int", "string": "string", "number": "double", "bool": "boolean",
-                           "timestamp": "timestamp"}
+PARSE_TYPES = {"int": pa.int64(), "string": pa.string(), "timestamp": pa.string(), "number": pa.float64(),
+               "bool": pa.bool_()}
+OUTPUT_TYPES = {"int": pa.int32(), "string": pa.string(), "timestamp": pa.timestamp("us", tz="UTC"),
+                "number": pa.float64(), "bool": pa.bool_()}
+SPARK_TYPES = {"int": "int", "string": "string", "timestamp": "timestamp", "number": "double", "bool": "boolean"}
 VALUE_CHECKS = {"id", "amount", "currency", "mcc", "country", None}
-_JSON_WS = "[ \\t\\n\\r]*"  # what json.loads accepts around a document
-
-
-def java_regex(python_pattern: str) -> str:
-    """A contract regex for Spark's ``rlike`` (Java ``find``) with Python's meaning.
-
-    ``(?d)``: only ``\\n`` ends a line, as for Python's ``$``; ``(?U)``: ``\\d`` matches Unicode
-    digits, as it does for Python ``str`` patterns.
-    """
-    return "(?dU)" + python_pattern
-
-
-def _python_whitespace_regex() -> str:
-    """``\\A[ws]*\\z`` where ws is every character for which ``str.isspace()`` is true (``str.strip``)."""
-    chars = "".join(f"\\x{{{ord(c):x}}}" for c in map(chr, range(sys.maxunicode + 1)) if c.isspace())
-    return f"\\A[{chars}]*\\z"
-
-
-EMPTY_ID_REGEX = _python_whitespace_regex()
-_REGEX_BY_CHECK = {"currency": (CURRENCY_RE, RejectReason.BAD_CURRENCY),
-                   "mcc": (MCC_RE, RejectReason.BAD_MCC),
-                   "country": (COUNTRY_RE, RejectReason.BAD_COUNTRY)}
+# A strict subset of contract.RFC3339_RE: UTC "Z" form with ASCII digits (what producers emit).
+CANONICAL_TIME = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?Z$"
+_EPOCH = "1970-01-01T00:00:00Z"
+_REGEX_BY_CHECK = {"currency": CURRENCY_RE, "mcc": MCC_RE, "country": COUNTRY_RE}
+MIN_BISECT_BLOCK = 16  # below this, a failing block goes record by record to validate_event
 
 
 def _check_contract_supported() -> None:
     # A new kind of rule in the contract must be compiled here too, not silently skipped.
     for specs in FIELDS_BY_KIND.values():
         for spec in specs:
-            if spec.json_type not in SPARK_TYPE_BY_JSON_TYPE or spec.check not in VALUE_CHECKS:
-                raise NotImplementedError(f"validate.py cannot compile contract field {spec}")
-            if not spec.name.isidentifier():
-                raise NotImplementedError(f"field name {spec.name!r} needs JSON-path quoting")
+            if spec.json_type not in PARSE_TYPES or spec.check not in VALUE_CHECKS:
+                raise NotImplementedError(f"validate.py has no fast check for contract field {spec}")
 
 
 _check_contract_supported()
 
 
-def _verdict(reason: RejectReason, field: str | None) -> Column:
-    return F.struct(F.lit(reason.value).alias("reason"), F.lit(field).cast("string").alias("field"))
+def output_schema(kind: Kind) -> pa.Schema:
+    """Arrow schema of :func:`validate_values`' result."""
+    return pa.schema([(REASON, pa.string()), (FIELD, pa.string()), (ROUTED, pa.bool_())]
+                     + [(s.name, OUTPUT_TYPES[s.json_type]) for s in FIELDS_BY_KIND[kind]])
 
 
-def _raw(parsed: Column, name: str) -> Column:
-    return F.variant_get(parsed, f"$.{name}", "variant")
+def one_line_objects(values: pa.Array) -> pa.Array:
+    """Values shaped ``{...}`` with no line break: the only shape the fast path reads (Arrow reads
+    newline-delimited JSON; a BOM, leading blanks or a pretty-printed object go the exact path)."""
+    shaped = pc.and_(pc.starts_with(values, "{"), pc.ends_with(values, "}"))
+    broken = pc.or_(pc.match_substring(values, "\n"), pc.match_substring(values, "\r"))
+    return pc.fill_null(pc.and_(shaped, pc.invert(broken)), False)
 
 
-def _json_type(parsed: Column, name: str) -> Column:
-    """Spark's name for the JSON type of a field: STRING, BIGINT, DECIMAL(p,s), DOUBLE, BOOLEAN,
-    VOID (JSON null), OBJECT<..>, ARRAY<..>; null when the key is absent."""
-    return F.schema_of_variant(_raw(parsed, name))
+def _parse_options(kind: Kind) -> pj.ParseOptions:
+    schema = pa.schema([(s.name, PARSE_TYPES[s.json_type]) for s in FIELDS_BY_KIND[kind]])
+    return pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
 
 
-def _typed(parsed: Column, spec: FieldSpec) -> Column:
-    if spec.json_type == "timestamp":
-        return F.upper(F.try_variant_get(parsed, f"$.{spec.name}", "string")).try_cast("timestamp")
-    return F.try_variant_get(parsed, f"$.{spec.name}", SPARK_TYPE_BY_JSON_TYPE[spec.json_type])
+def _read_lines(values: pa.Array, kind: Kind) -> pa.Table | None:
+    """Parse ``values`` (one-line objects) as newline-delimited JSON; None unless one row each."""
+    joined = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, len(values)], pa.int32()), values), b"\n")
+    try:
+        table = pj.read_json(pa.BufferReader(joined[0].as_buffer()), read_options=pj.ReadOptions(use_threads=False),
+                             parse_options=_parse_options(kind))
+    except (pa.ArrowException, ValueError):
+        return None
+    return table.combine_chunks() if table.num_rows == len(values) else None  # "{..}{..}" gives 2 rows
 
 
-def _type_ok(spec: FieldSpec, t: Column) -> Column:
-    if spec.json_type == "int":
-        return t.isin(*INTEGRAL_TYPES)
-    if spec.json_type in ("string", "timestamp"):
-        return t == "STRING"
-    if spec.json_type == "bool":
-        return t == "BOOLEAN"
-    return t.isin(*INTEGRAL_TYPES, "DOUBLE", "FLOAT") | t.startswith("DECIMAL")  # number
+def _parse_blocks(values: pa.Array, positions: pa.Array, kind: Kind) -> list[tuple[pa.Array, pa.Table]]:
+    """Parsed ``(positions, rows)`` blocks; positions missing from the result did not parse."""
+    if len(positions) == 0:
+        return []
+    table = _read_lines(values.take(positions), kind)
+    if table is not None:
+        return [(positions, table)]
+    if len(positions) <= MIN_BISECT_BLOCK:
+        return []
+    mid = len(positions) // 2
+    return _parse_blocks(values, positions[:mid], kind) + _parse_blocks(values, positions[mid:], kind)
 
 
-def _value_problems(parsed: Column, spec: FieldSpec) -> list[tuple[Column, RejectReason]]:
-    """(condition, reason) pairs in the order ``contract._check_value`` tests them."""
-    path = f"$.{spec.name}"
-    if spec.json_type == "timestamp":
-        text = F.try_variant_get(parsed, path, "string")
-        return [(~text.rlike(java_regex(RFC3339_RE.pattern)), RejectReason.BAD_TIME)]
+def _canonical_times(text: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """``(ok, timestamps)``: canonical UTC form whose date and time exist (Arrow's cast checks
+    that, as ``datetime.fromisoformat`` does); timestamps are null where not ok."""
+    shaped = pc.fill_null(pc.and_(pc.match_substring_regex(text, CANONICAL_TIME),
+                                  pc.not_equal(pc.utf8_slice_codeunits(text, 0, 4), "0000")), False)
+    safe = pc.if_else(shaped, text, _EPOCH)
+    try:
+        parsed = pc.cast(safe, OUTPUT_TYPES["timestamp"])
+    except pa.ArrowInvalid:  # some shaped value is not a real instant (Feb 30, 24:00): find it row by row
+        head = pc.utf8_slice_codeunits(safe, 0, 19)
+        seconds = pc.strptime(head, format="%Y-%m-%dT%H:%M:%S", unit="s", error_is_null=True)
+        shaped = pc.and_(shaped, pc.fill_null(pc.equal(pc.strftime(seconds, format="%Y-%m-%dT%H:%M:%S"), head),
+                                              False))
+        parsed = pc.cast(pc.if_else(shaped, text, _EPOCH), OUTPUT_TYPES["timestamp"])
+    return shaped, pc.if_else(shaped, parsed, pa.scalar(None, OUTPUT_TYPES["timestamp"]))
+
+
+def _value_ok(spec: FieldSpec, col: pa.Array) -> pa.Array:
+    """Stricter-than-contract value rule of a non-timestamp field (nulls are the caller's business)."""
     if spec.check == "id":
-        return [(F.try_variant_get(parsed, path, "string").rlike(EMPTY_ID_REGEX), RejectReason.EMPTY_ID)]
+        return pc.match_substring_regex(col, "[!-~]")  # a visible ASCII character: surely not blank
     if spec.check == "amount":
-        x = F.try_variant_get(parsed, path, "double")
-        return [(F.isnan(x) | (F.abs(x) == float("inf")), RejectReason.NON_FINITE_AMOUNT),
-                (x <= 0, RejectReason.NON_POSITIVE_AMOUNT)]
+        return pc.and_kleene(pc.is_finite(col), pc.greater(col, 0))
     if spec.check in _REGEX_BY_CHECK:
-        regex, reason = _REGEX_BY_CHECK[spec.check]
-        return [(~F.try_variant_get(parsed, path, "string").rlike(java_regex(regex.pattern)), reason)]
-    return []
+        # RE2 (ASCII classes, '$' only at the very end) is stricter than Python's re here.
+        return pc.match_substring_regex(col, _REGEX_BY_CHECK[spec.check].pattern)
+    return pa.repeat(True, len(col))
 
 
-def _field_verdicts(parsed: Column, spec: FieldSpec) -> list[Column]:
-    t = _json_type(parsed, spec.name)
-    absent = t.isNull() | (t == "VOID")
-    checks = []
-    if spec.required:
-        checks.append(F.when(absent, _verdict(RejectReason.MISSING_FIELD, spec.name)))
-    checks.append(F.when(~absent & ~_type_ok(spec, t), _verdict(RejectReason.WRONG_TYPE, spec.name)))
-    for bad, reason in _value_problems(parsed, spec):
-        checks.append(F.when(~absent & _type_ok(spec, t) & bad, _verdict(reason, spec.name)))
-    return checks
-
-
-def spark_verdict(parsed: Column, kind: Kind) -> Column:
-    """First contract problem of a parsed JSON object as ``struct(reason, field)``; null when valid.
-
-    Mirrors ``contract.validate_object``: schema_version first (missing, type, supported), then
-    every field in ``FIELDS_BY_KIND`` order: missing (if required), type, value.
-    """
-    version_type = _json_type(parsed, "schema_version")
-    version = F.try_variant_get(parsed, "$.schema_version", "bigint")
-    checks = [
-        F.when(version_type.isNull() | (version_type == "VOID"),
-               _verdict(RejectReason.MISSING_FIELD, "schema_version")),
-        F.when(~version_type.isin(*INTEGRAL_TYPES), _verdict(RejectReason.WRONG_TYPE, "schema_version")),
-        F.when(~version.isin(*sorted(SUPPORTED_SCHEMA_VERSIONS)),
-               _verdict(RejectReason.UNKNOWN_SCHEMA_VERSION, "schema_version")),
-    ]
+def fast_path(table: pa.Table, kind: Kind) -> tuple[pa.Array, dict[str, pa.Array]]:
+    """For a strictly parsed table: which rows surely satisfy the contract (False = not sure), and
+    their typed contract columns."""
+    ok = pc.is_in(table["schema_version"].combine_chunks(), pa.array(sorted(SUPPORTED_SCHEMA_VERSIONS), pa.int64()))
+    typed = {}
     for spec in FIELDS_BY_KIND[kind]:
-        checks.extend(_field_verdicts(parsed, spec))
-    return F.coalesce(*checks)
-
-
-def _spark_unsure(text: Column, parsed: Column, kind: Kind) -> Column:
-    """Rows where Spark's reading may differ from Python's: decided by ``validate_event`` instead."""
-    unsure = (parsed.isNull()
-              | ~F.schema_of_variant(parsed).startswith("OBJECT")
-              | ~F.rtrim(text, F.lit(" \t\n\r")).endswith("}")
-              | text.rlike(f"\\}}{_JSON_WS}\\{{"))
-    for spec in FIELDS_BY_KIND[kind]:
-        t = _json_type(parsed, spec.name)
-        if spec.json_type == "int":
-            # An integer beyond 64 bits and a float such as 1.0 both read as DECIMAL(p,0).
-            unsure = unsure | t.rlike("^DECIMAL\\(\\d+,0\\)$")
+        col = table[spec.name].combine_chunks()
         if spec.json_type == "timestamp":
-            raw = F.try_variant_get(parsed, f"$.{spec.name}", "string")
-            ts = _typed(parsed, spec)
-            # Python rejects year 0 and offsets Spark refuses (+19:00, +02:60) are fine in Python.
-            odd = ts.isNull() | (F.year(ts) < 1) | (F.year(ts) > 9999) | raw.startswith("0000")
-            unsure = unsure | ((t == "STRING") & raw.rlike(java_regex(RFC3339_RE.pattern)) & odd)
-    return F.coalesce(unsure, F.lit(True))
+            rule, typed[spec.name] = _canonical_times(col)
+        else:
+            rule, typed[spec.name] = _value_ok(spec, col), pc.cast(col, OUTPUT_TYPES[spec.json_type])
+        present = pc.is_valid(col)
+        rule = pc.fill_null(rule, False)
+        ok = pc.and_(ok, pc.and_(present, rule) if spec.required else pc.or_(pc.invert(present), rule))
+    return pc.fill_null(ok, False), typed
 
 
-def _python_decisions(kind: Kind):
-    """Arrow UDF: ``validate_event`` on the routed rows (others arrive as null and stay null)."""
-    names = [s.name for s in FIELDS_BY_KIND[kind]]
-
-    @F.arrow_udf("struct<reason string, field string, clean string>")
-    def decide(values: pa.Array) -> pa.Array:
-        reasons, fields, clean = [], [], []
-        for raw in values.to_pylist():
-            reason = field = text = None
-            if raw is not None:
-                try:
-                    record, rejection = validate_event(raw, kind)
-                except (OverflowError, RecursionError) as exc:  # validate_event should catch these itself
-                    record, reason, field = None, RejectReason.BAD_TIME.value, str(exc)
-                    rejection = None
-                if rejection is not None:
-                    reason, field = rejection.reason.value, rejection.field
-                elif record is not None:
-                    subset = {k: record[k] for k in names if record.get(k) is not None}
-                    text = json.dumps(subset, ensure_ascii=False).encode("utf-8", "replace").decode("utf-8")
-            reasons.append(reason)
-            fields.append(field)
-            clean.append(text)
-        return pa.StructArray.from_arrays([pa.array(reasons, pa.string()), pa.array(fields, pa.string()),
-                                           pa.array(clean, pa.string())], names=["reason", "field", "clean"])
-
-    return decide
+def _exact_rows(values: Sequence[bytes | None], kind: Kind) -> pa.Table:
+    """``validate_event`` on each value: the contract's verdict and, when valid, its typed fields."""
+    schema = output_schema(kind)
+    cols: dict[str, list] = {name: [] for name in schema.names}
+    for raw in values:
+        try:
+            record, rejection = validate_event(raw if raw is not None else b"", kind)
+        except (OverflowError, RecursionError) as exc:
+            # validate_event promises not to raise; until it catches these itself (an out-of-range
+            # UTC year, a 400-digit amount, absurd nesting), refuse the record rather than crash.
+            record, rejection = None, Rejection(RejectReason.MALFORMED_JSON, None, repr(exc))
+        cols[REASON].append(rejection.reason.value if rejection else None)
+        cols[FIELD].append(rejection.field if rejection else None)
+        cols[ROUTED].append(True)
+        for spec in FIELDS_BY_KIND[kind]:
+            value = record.get(spec.name) if record is not None else None
+            if value is not None and spec.json_type == "timestamp":
+                value = parse_rfc3339(value)
+            elif value is not None and spec.json_type == "number":
+                value = float(value)
+            cols[spec.name].append(value)
+    return pa.table(cols, schema=schema)
 
 
-def classify_records(records: DataFrame, kind: Kind, diagnostics: bool = False) -> DataFrame:
-    """Kafka records -> records + ``reject_reason``, ``reject_field``, ``payload`` and the typed
-    contract fields (null where the record is invalid); ``diagnostics`` keeps ``routed_to_python``.
-
-    Input columns: ``topic, partition, offset, timestamp, key, value`` (value = UTF-8 JSON bytes).
-    Pure: no action is run.
-    """
-    text = F.col("value").cast("string")
-    df = records.withColumn(PAYLOAD, text).withColumn(_PARSED, F.try_parse_json(text))
-    utf8 = F.coalesce(F.is_valid_utf8(F.col(PAYLOAD)), F.lit(True))
-    df = df.withColumn(ROUTED, utf8 & _spark_unsure(F.col(PAYLOAD), F.col(_PARSED), kind))
-    routed_value = F.when(F.col(ROUTED), F.coalesce(F.col("value"), F.lit(b"")))
-    df = df.withColumn("_py", _python_decisions(kind)(routed_value))
-    verdict = (F.when(~utf8, _verdict(RejectReason.MALFORMED_JSON, None))
-               .when(F.col(ROUTED), F.struct(F.col("_py.reason").alias("reason"), F.col("_py.field").alias("field")))
-               .otherwise(spark_verdict(F.col(_PARSED), kind)))
-    parsed = F.when(F.col(ROUTED), F.try_parse_json(F.col("_py.clean"))).otherwise(F.col(_PARSED))
-    df = df.withColumn("_verdict", verdict).withColumn(_PARSED, parsed)
-    valid = F.col("_verdict").isNull() | F.col("_verdict.reason").isNull()
-    typed = [F.when(valid, _typed(F.col(_PARSED), s)).alias(s.name) for s in FIELDS_BY_KIND[kind]]
-    extra = [ROUTED] if diagnostics else []
-    return df.select(*records.columns, F.col("_verdict.reason").alias(REASON), F.col("_verdict.field").alias(FIELD),
-                     PAYLOAD, *typed, *extra)
+def validate_values(values: pa.Array, kind: Kind) -> pa.Table:
+    """Verdict per value (same order): ``reject_reason``, ``reject_field``, ``decided_by_contract``
+    and the typed contract fields (null unless valid)."""
+    values = values.cast(pa.binary())
+    n = len(values)
+    candidates = pc.indices_nonzero(one_line_objects(values))
+    fast_pos, fast_tables = [], []
+    for positions, table in _parse_blocks(values, candidates, kind):
+        accept, typed = fast_path(table, kind)
+        fast_pos.append(positions.filter(accept))
+        fast_tables.append(pa.table(typed).filter(accept))
+    accepted = pa.concat_arrays(fast_pos) if fast_pos else pa.array([], pa.uint64())
+    slow_mask = pc.invert(pc.is_in(pa.array(range(n), pa.uint64()), accepted))
+    slow_pos = pc.indices_nonzero(slow_mask)
+    parts = [_exact_rows(values.take(slow_pos).to_pylist(), kind)]
+    if len(accepted):
+        typed = pa.concat_tables(fast_tables).combine_chunks()
+        m = len(accepted)
+        parts.append(pa.table({REASON: pa.nulls(m, pa.string()), FIELD: pa.nulls(m, pa.string()),
+                               ROUTED: pa.repeat(False, m), **{name: typed[name] for name in typed.column_names}},
+                              schema=output_schema(kind)))
+    merged = pa.concat_tables(parts)
+    order = pc.sort_indices(pa.concat_arrays([slow_pos.cast(pa.uint64()), accepted.cast(pa.uint64())]))
+    return merged.take(order)

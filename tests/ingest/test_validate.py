@@ -1,125 +1,97 @@
-"""Parity of the Spark validation with the contract's ``validate_event`` (the one definition)."""
+"""Arrow validation: same verdict as the contract's ``validate_event`` on every record, with the
+fast path deciding the ordinary ones."""
 
 from __future__ import annotations
 
 import json
+import random
 
+import pyarrow as pa
 import pytest
 
-from pipeline.contract import Kind, RejectReason, validate_event
-from pipeline.ingest.validate import FIELD, REASON, ROUTED, classify_records
-
-GOOD_TX = {"schema_version": 1, "transaction_id": "t-1", "event_time": "2024-03-01T12:00:00.000Z",
-           "card_id": "c-1", "merchant_id": "m-1", "amount": 12.5, "currency": "EUR", "mcc": "5411",
-           "channel": "ecommerce", "country": "DE", "device_id": "d-1"}
-GOOD_LABEL = {"schema_version": 1, "transaction_id": "t-1", "is_fraud": True,
-              "reported_at": "2024-03-05T08:00:00Z", "source": "chargeback"}
+from pipeline.contract import FIELDS_BY_KIND, Kind, parse_rfc3339, validate_event
+from pipeline.ingest.classify import classify_records
+from pipeline.ingest.validate import FIELD, REASON, ROUTED, validate_values
+from tests.ingest.corpus import GOOD_LABEL, GOOD_TX, LABEL_CORPUS, TX_CORPUS, python_reasons
 
 
-def tx(**changes) -> bytes:
-    obj = {**GOOD_TX, **changes}
-    return json.dumps({k: v for k, v in obj.items() if v is not Ellipsis}).encode()
+def verdicts(values: list[bytes], kind: Kind) -> list[tuple]:
+    out = validate_values(pa.array(values, pa.binary()), kind)
+    return list(zip(out[REASON].to_pylist(), out[FIELD].to_pylist(), strict=True))
 
 
-def label(**changes) -> bytes:
-    obj = {**GOOD_LABEL, **changes}
-    return json.dumps({k: v for k, v in obj.items() if v is not Ellipsis}).encode()
+@pytest.mark.parametrize("kind,corpus", [(Kind.TRANSACTION, TX_CORPUS), (Kind.LABEL, LABEL_CORPUS)])
+def test_every_record_gets_the_contract_reason_in_one_batch(kind, corpus):
+    assert verdicts(corpus, kind) == python_reasons(corpus, kind)
 
 
-TX_CORPUS: list[bytes] = [
-    tx(), tx(mcc=..., channel=..., country=..., device_id=...), tx(amount=7), tx(extra={"nested": [1, 2]}),
-    tx(event_time="2024-03-01 12:00:00+02:00"), tx(event_time="2024-03-01t12:00:00.123456789z"),
-    tx(mcc=None, country=None),  # JSON null on optional fields = absent
-    # MALFORMED_JSON
-    b"{not json", b"", b"\xff\xfe{}", '\ufeff{"a":1}'.encode(), tx()[:-1], tx() + b" trailing", tx() + tx(),
-    b'{"amount": 1,}', b'{"a":"x\ty"}',
-    # NOT_AN_OBJECT
-    b"[1, 2]", b'"string"', b"42", b"null", b"[1] x",
-    # MISSING_FIELD
-    tx(schema_version=...), tx(schema_version=None), tx(transaction_id=...), tx(amount=None), tx(currency=...),
-    tx(event_time=...),
-    # WRONG_TYPE
-    tx(schema_version="1"), tx(schema_version=1.0), tx(schema_version=True), tx(amount="12.5"), tx(amount=True),
-    tx(card_id=7), tx(event_time=1709294400), tx(mcc=5411), tx(channel=["x"]), tx(device_id={"a": 1}),
-    # UNKNOWN_SCHEMA_VERSION
-    tx(schema_version=2), tx(schema_version=0), tx(schema_version=-1),
-    # EMPTY_ID
-    tx(transaction_id=""), tx(card_id="   "), tx(merchant_id="\u00a0\t"),
-    # NON_POSITIVE_AMOUNT / NON_FINITE_AMOUNT
-    tx(amount=0), tx(amount=-3.2), tx(amount=1e-400),
-    tx().replace(b'"amount": 12.5', b'"amount": NaN'), tx().replace(b'"amount": 12.5', b'"amount": -Infinity'),
-    tx().replace(b'"amount": 12.5', b'"amount": 1e400'),
-    # BAD_CURRENCY / BAD_MCC / BAD_COUNTRY
-    tx(currency="eur"), tx(currency="EURO"), tx(currency="EUR\r"), tx(mcc="541"), tx(mcc="54a1"),
-    tx(country="DEU"), tx(country="de"),
-    # BAD_TIME (regex failures in Spark; impossible dates decided by the Python fallback)
-    tx(event_time="2024-03-01"), tx(event_time="2024-03-01T12:00:00"), tx(event_time="yesterday"),
-    tx(event_time="2024-02-30T00:00:00Z"), tx(event_time="2024-03-01T24:00:00Z"),
-    tx(event_time="0000-03-01T12:00:00Z"), tx(event_time="2024-03-01T12:00:00+19:00"),
-    # first problem wins: order of fields
-    tx(transaction_id="", amount=-1), tx(amount="x", currency="bad"),
-    # duplicate keys: Python keeps the last value
-    b'{"schema_version": 1, "schema_version": 1, "transaction_id": "t", "event_time": "2024-03-01T00:00:00Z",'
-    b' "card_id": "c", "merchant_id": "m", "amount": 1, "currency": "EUR"}',
-    b'{"schema_version": 1, "amount": 1, "amount": -1, "transaction_id": "t", "event_time": "2024-03-01T00:00:00Z",'
-    b' "card_id": "c", "merchant_id": "m", "currency": "EUR"}',
-]
-
-LABEL_CORPUS: list[bytes] = [
-    label(), label(is_fraud=False, source=...), label(is_fraud="true"), label(is_fraud=1), label(is_fraud=...),
-    label(reported_at="2024-03-05"), label(transaction_id=""), label(schema_version=3), label(source=5),
-    label(reported_at=None), b"[]", b"{",
-]
+@pytest.mark.parametrize("kind,corpus", [(Kind.TRANSACTION, TX_CORPUS), (Kind.LABEL, LABEL_CORPUS)])
+def test_every_record_gets_the_contract_reason_alone(kind, corpus):
+    # One record per batch: the fast path sees each well-formed object on its own.
+    assert [verdicts([v], kind)[0] for v in corpus] == python_reasons(corpus, kind)
 
 
-def spark_reasons(spark, corpus: list[bytes], kind: Kind) -> list[tuple]:
-    """(reason, field, decided by the Python fallback?) per record, from the Spark path."""
-    rows = [("t", 0, i, None, None, value) for i, value in enumerate(corpus)]
+def test_fast_path_accepts_canonical_records_without_the_contract_loop():
+    records = [json.dumps({**GOOD_TX, "transaction_id": f"t-{i}", "amount": 1 + i}).encode() for i in range(500)]
+    out = validate_values(pa.array(records, pa.binary()), Kind.TRANSACTION)
+    assert out[REASON].null_count == 500
+    assert not any(out[ROUTED].to_pylist())
+    assert out["amount"].to_pylist() == [float(1 + i) for i in range(500)]
+
+
+def test_one_bad_record_does_not_push_its_block_onto_the_slow_path():
+    records = [json.dumps({**GOOD_TX, "transaction_id": f"t-{i}"}).encode() for i in range(1000)]
+    records[437] = b"{broken"
+    out = validate_values(pa.array(records, pa.binary()), Kind.TRANSACTION)
+    assert out[REASON].to_pylist()[437] == "malformed_json"
+    assert out[REASON].null_count == 999
+    assert sum(out[ROUTED].to_pylist()) <= 16  # only the bisected block around it
+
+
+def _mutations(rng: random.Random, base: dict, kind: Kind) -> bytes:
+    obj = dict(base)
+    specs = FIELDS_BY_KIND[kind]
+    for _ in range(rng.randint(1, 3)):
+        name = rng.choice([s.name for s in specs] + ["extra"])
+        choice = rng.random()
+        if choice < 0.2:
+            obj.pop(name, None)
+        else:
+            obj[name] = rng.choice([None, "", " ", "EUR", "eur", "5411", "54110", "DE", "de", 0, -1, 1, 1.5, 2,
+                                    True, "2026-02-30T00:00:00Z", "2026-01-05T10:00:00.1234567Z",
+                                    "2026-01-05T10:00:00+05:00", "2026-01-05T10:00:00Z", "t-x", [1], {"a": 1},
+                                    "\u00a0", "٢٠٢٦-01-05T10:00:00Z", 1e308, float("inf")])
+    text = json.dumps(obj)
+    if rng.random() < 0.1:
+        text = text.replace('"amount"', '"amount": 1, "amount"', 1)  # duplicate key
+    if rng.random() < 0.05:
+        text = " " + text + "\n"
+    return text.encode()
+
+
+@pytest.mark.parametrize("kind,base", [(Kind.TRANSACTION, GOOD_TX), (Kind.LABEL, GOOD_LABEL)])
+def test_randomly_mutated_records_get_the_contract_verdict_and_values(kind, base):
+    rng = random.Random(20261130)
+    records = [_mutations(rng, base, kind) for _ in range(3000)]
+    out = validate_values(pa.array(records, pa.binary()), kind)
+    expected = python_reasons(records, kind)
+    assert verdicts(records, kind) == expected
+    assert sum(r is None for r, _ in expected) > 100  # the corpus does exercise acceptance
+    rows = out.to_pylist()
+    for raw, row in zip(records, rows, strict=True):
+        record, rejection = validate_event(raw, kind)
+        if rejection is None:
+            for spec in FIELDS_BY_KIND[kind]:
+                want = record.get(spec.name)
+                if want is not None and spec.json_type == "timestamp":
+                    want = parse_rfc3339(want)
+                assert row[spec.name] == want, (raw, spec.name)
+
+
+@pytest.mark.spark
+def test_spark_path_classifies_like_the_contract(spark):
+    rows = [("t", 0, i, None, None, value) for i, value in enumerate(TX_CORPUS)]
     df = spark.createDataFrame(rows, "topic string, partition int, offset long, timestamp timestamp, "
                                      "key binary, value binary")
-    out = classify_records(df, kind, diagnostics=True).orderBy("offset").select(REASON, FIELD, ROUTED).collect()
-    return [(r[REASON], r[FIELD], r[ROUTED]) for r in out]
-
-
-def python_reasons(corpus: list[bytes], kind: Kind) -> list[tuple]:
-    out = []
-    for value in corpus:
-        _, rejection = validate_event(value, kind)
-        out.append((rejection.reason.value, rejection.field) if rejection else (None, None))
-    return out
-
-
-@pytest.mark.spark
-@pytest.mark.parametrize("kind,corpus", [(Kind.TRANSACTION, TX_CORPUS), (Kind.LABEL, LABEL_CORPUS)])
-def test_spark_path_gives_the_contract_reason_and_field(spark, kind, corpus):
-    expected = python_reasons(corpus, kind)
-    got = spark_reasons(spark, corpus, kind)
-    mismatches = [(c, e, g[:2]) for c, e, g in zip(corpus, expected, got, strict=True) if e != g[:2]]
-    assert not mismatches
-    # The vectorised expressions, not the fallback, decide the ordinary cases: every valid record and
-    # every rejection that is about a field's type or value of a well-formed object.
-    by_spark = {e[0] for e, g in zip(expected, got, strict=True) if not g[2]}
-    assert None in by_spark
-    if kind == Kind.TRANSACTION:
-        assert {"missing_field", "wrong_type", "unknown_schema_version", "empty_id", "non_positive_amount",
-                "non_finite_amount", "bad_currency", "bad_mcc", "bad_country", "bad_time"} <= by_spark
-    routed = sum(g[2] for g in got)
-    assert routed < len(corpus) / 2
-
-
-def test_corpus_covers_every_contract_reason():
-    seen = {r for r, _ in python_reasons(TX_CORPUS, Kind.TRANSACTION) + python_reasons(LABEL_CORPUS, Kind.LABEL)}
-    ingest_only = {RejectReason.FUTURE_EVENT_TIME, RejectReason.LATE_EVENT, RejectReason.DUPLICATE}
-    assert {r.value for r in RejectReason if r not in ingest_only} <= seen
-    assert None in seen  # and valid records
-
-
-@pytest.mark.spark
-def test_valid_records_get_typed_columns(spark):
-    df = spark.createDataFrame([("t", 0, 0, None, None, tx(extra=1))],
-                               "topic string, partition int, offset long, timestamp timestamp, key binary, value binary")
-    row = classify_records(df, Kind.TRANSACTION).first()
-    assert row[REASON] is None
-    assert (row.transaction_id, row.amount, row.schema_version, row.currency) == ("t-1", 12.5, 1, "EUR")
-    assert row.event_time.isoformat() == "2024-03-01T12:00:00"  # session time zone is UTC
-    assert json.loads(row.payload)["extra"] == 1  # unknown fields kept in the payload
+    out = classify_records(df, Kind.TRANSACTION).orderBy("offset").select(REASON, FIELD).collect()
+    assert [(r[REASON], r[FIELD]) for r in out] == python_reasons(TX_CORPUS, Kind.TRANSACTION)

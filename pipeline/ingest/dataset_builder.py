@@ -1,0 +1,151 @@
+"""Raw store -> features -> labels -> shards -> published manifest, for one :class:`DatasetPlan`.
+
+Publication order (readers trust only manifests):
+1. shards go to ``<root>/data/.build-<run_id>/`` (a killed build leaves only this, deleted later);
+2. the content hash over shard hashes and schema names the version; the directory is renamed to
+   ``<root>/data/<version>/`` (if that version already exists, its files are verified and kept:
+   rerunning a build is a no-op that reproduces the same hash);
+3. :func:`pipeline.datasets.manifest.publish_manifest` writes the manifest and ``LATEST`` last.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from pipeline.contract import SCHEMA_VERSION, Kind
+from pipeline.datasets.manifest import (
+    DatasetManifest,
+    ShardInfo,
+    content_hash,
+    file_sha256,
+    load_manifest,
+    publish_manifest,
+)
+from pipeline.features import definitions as fd
+from pipeline.features.transforms import FeatureParams, build_features, labels_as_of
+from pipeline.ingest.config import DatasetConfig
+from pipeline.ingest.dataset_plan import SPLITS, DatasetPlan
+from pipeline.ingest.raw_store import RawStore
+from pipeline.ingest.shards import SHARD_SCHEMA, write_empty_shards, write_shards
+
+
+@dataclass(frozen=True)
+class DatasetSummary:
+    """What a build published (or found already published)."""
+
+    name: str
+    root: str
+    version: str
+    manifest_path: str
+    content_hash: str
+    label_cutoff: str
+    rows: int
+    frauds: int
+    splits: dict[str, dict]  # split -> {start, end, shards, rows, frauds}
+    reused: bool  # the same version was already published: nothing rewritten
+
+
+def dataset_rows(spark: SparkSession, store: RawStore, plan: DatasetPlan, params: FeatureParams) -> DataFrame:
+    """Feature rows with their label for the plan's dates (lazy)."""
+    tx = store.read(spark, Kind.TRANSACTION, plan.feature_history_start(), plan.last_date)
+    history = store.read(spark, Kind.TRANSACTION, plan.label_match_start(params), plan.last_date)
+    labels = store.read(spark, Kind.LABEL, plan.label_history_start(params), plan.label_cutoff)
+    features = build_features(tx, labels, params, history=history)
+    in_window = features.filter(F.col("event_date").between(F.lit(plan.first_date), F.lit(plan.last_date)))
+    known = labels_as_of(labels, plan.label_cutoff_time)
+    return (in_window.join(known, "transaction_id", "left")
+            .withColumn("label", F.coalesce(F.col("label"), F.lit(0))))
+
+
+def schema_description(plan: DatasetPlan, config: DatasetConfig) -> dict:
+    """Everything besides the shard bytes that defines the dataset (hashed into the version)."""
+    return {
+        "contract_schema_version": SCHEMA_VERSION,
+        **fd.schema_fingerprint(),
+        "shard_schema": [f"{f.name}:{f.type}" for f in SHARD_SCHEMA],
+        "splits": {k: [w.start, w.end] for k, w in plan.splits.items()},
+        "label_cutoff": plan.label_cutoff.isoformat(),
+        "label_maturity_days": config.label_maturity_days,
+        "num_shards_per_date": config.num_shards_per_date,
+    }
+
+
+def _days(plan: DatasetPlan) -> list[str]:
+    n = (plan.last_date - plan.first_date).days + 1
+    return [(plan.first_date + timedelta(days=i)).isoformat() for i in range(n)]
+
+
+def _place_version(build_dir: Path, final_dir: Path, shards: list[ShardInfo]) -> bool:
+    """Move the build into place; True when an identical version was already there."""
+    if final_dir.is_dir():
+        if all((final_dir / s.path).is_file() and file_sha256(final_dir / s.path) == s.sha256 for s in shards):
+            shutil.rmtree(build_dir)
+            return True
+        shutil.rmtree(final_dir)  # a damaged earlier attempt; nothing published references it intact
+    build_dir.rename(final_dir)
+    return False
+
+
+def build_dataset(spark: SparkSession, store: RawStore, plan: DatasetPlan, config: DatasetConfig,
+                  params: FeatureParams, run_id: str) -> DatasetSummary:
+    """Build, write and publish the dataset of ``plan``; idempotent for unchanged raw data."""
+    root = config.dataset_root()
+    data = root / "data"
+    for stale in data.glob(".build-*"):  # killed builds (callers hold the ingest lock)
+        shutil.rmtree(stale, ignore_errors=True)
+    build_dir = data / f".build-{run_id}"
+    written = write_shards(dataset_rows(spark, store, plan, params), build_dir, config.num_shards_per_date)
+    shards = written + write_empty_shards(build_dir, _days(plan), config.num_shards_per_date, written)
+    schema = schema_description(plan, config)
+    digest = content_hash(shards, schema)
+    version = f"{plan.label_cutoff.isoformat()}-{digest[:12]}"
+    reused = _place_version(build_dir, data / version, shards)
+    shards = sorted((ShardInfo(f"data/{version}/{s.path}", s.date, s.shard, s.rows, s.frauds, s.sha256)
+                     for s in shards), key=lambda s: (s.date, s.shard))
+    manifest_path = root / "manifests" / f"{version}.json"
+    if reused and manifest_path.is_file():
+        manifest = load_manifest(root, version)  # keep the first publication (its created_at, offsets)
+    else:
+        manifest = _manifest(config, plan, version, digest, shards, store, schema)
+    manifest_path = publish_manifest(root, manifest)
+    return _summary(config, root, manifest, manifest_path, reused)
+
+
+def _manifest(config: DatasetConfig, plan: DatasetPlan, version: str, digest: str, shards: list[ShardInfo],
+              store: RawStore, schema: dict) -> DatasetManifest:
+    return DatasetManifest(
+        dataset=config.name, version=version,
+        created_at=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        schema_version=SCHEMA_VERSION, feature_version=fd.FEATURE_VERSION,
+        numeric_features=fd.NUMERIC_FEATURES, categorical_features=dict(fd.CATEGORICAL_FEATURES),
+        splits=dict(plan.splits), label_cutoff=plan.label_cutoff.isoformat(),
+        num_shards_per_date=config.num_shards_per_date, shards=tuple(shards),
+        kafka_offsets=store.committed().consumed_ranges(), content_hash=digest,
+        extra={"label_maturity_days": config.label_maturity_days, "raw_store": str(store.root),
+               "hashed_schema": schema},
+    )
+
+
+def _summary(config: DatasetConfig, root: Path, manifest: DatasetManifest, path: Path, reused: bool) -> DatasetSummary:
+    splits = {}
+    for name in SPLITS:
+        shards = manifest.shards_for(name)
+        window = manifest.splits[name]
+        splits[name] = {"start": window.start, "end": window.end, "shards": len(shards),
+                        "rows": sum(s.rows for s in shards), "frauds": sum(s.frauds for s in shards)}
+    return DatasetSummary(
+        name=config.name, root=str(root), version=manifest.version, manifest_path=str(path),
+        content_hash=manifest.content_hash, label_cutoff=manifest.label_cutoff,
+        rows=sum(s.rows for s in manifest.shards), frauds=sum(s.frauds for s in manifest.shards),
+        splits=splits, reused=reused)
+
+
+def data_until(store: RawStore) -> date | None:
+    """Latest event date the raw store holds (bounds backfill label cutoffs)."""
+    return store.latest_date(Kind.TRANSACTION)

@@ -1,0 +1,165 @@
+"""Land classified records in the raw store from inside the Kafka read tasks.
+
+Each read task (one offset range of one partition) validates and screens its Arrow batches
+(:func:`pipeline.ingest.classify.classify_batch`) and writes them with pyarrow straight into this
+run's directories: accepted records to ``<table>/<date column>=D/run_id=R/``, refused ones to
+``quarantine/run_id=R/``. It hands the JVM one summary row (counts per outcome, the partition's
+watermark, files written), not the records: Spark schedules and retries the tasks, while the
+bytes go Kafka -> Arrow -> Parquet without row conversions.
+
+Safe to retry: file names derive from (topic, partition, first offset, date), and every file is
+written under a dot-name and renamed when complete, so a retried task replaces its own files.
+Nothing written here is visible before the run commits (see :mod:`pipeline.ingest.raw_store`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from pipeline.contract import TIME_FIELD_BY_KIND, Kind
+from pipeline.ingest.classify import classify_batch
+from pipeline.ingest.kafka_source import BatchTransform
+from pipeline.ingest.raw_store import (
+    DATE_COLUMN_BY_KIND,
+    PAYLOAD,
+    QUARANTINE,
+    RUN_ID,
+    TABLE_BY_KIND,
+    quarantine_arrow_schema,
+    raw_arrow_schema,
+)
+from pipeline.ingest.timing import ReadState, TimingRules
+from pipeline.ingest.validate import REASON
+
+SUMMARY_DDL = "topic string, partition int, first_offset long, last_offset long, read long, outcomes string, " \
+              "watermark long, files string"
+ROW_GROUP_ROWS = 65_536  # buffer this many rows per file before writing a row group
+
+
+@dataclass(frozen=True)
+class ChunkSummary:
+    """What one read task landed (one row of the landing DataFrame)."""
+
+    topic: str
+    partition: int
+    first_offset: int
+    last_offset: int
+    read: int
+    outcomes: dict[str, int]  # reject_reason or "valid" -> rows
+    watermark: int | None  # latest accepted event time, epoch us
+    files: dict[str, int]  # path relative to the store root -> rows
+
+
+class _Files:
+    """Lazily opened Parquet writers, each buffering rows into large row groups."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.writers: dict[str, tuple[pq.ParquetWriter, Path]] = {}
+        self.buffers: dict[str, list[pa.Table]] = {}
+        self.rows: dict[str, int] = {}
+
+    def add(self, relpath: str, table: pa.Table) -> None:
+        if table.num_rows == 0:
+            return
+        self.buffers.setdefault(relpath, []).append(table)
+        self.rows[relpath] = self.rows.get(relpath, 0) + table.num_rows
+        if sum(t.num_rows for t in self.buffers[relpath]) >= ROW_GROUP_ROWS:
+            self._flush(relpath)
+
+    def _flush(self, relpath: str) -> None:
+        tables = self.buffers.pop(relpath, [])
+        if not tables:
+            return
+        if relpath not in self.writers:
+            final = self.root / relpath
+            final.parent.mkdir(parents=True, exist_ok=True)
+            tmp = final.with_name(f".{final.name}.tmp")
+            self.writers[relpath] = (pq.ParquetWriter(tmp, tables[0].schema, compression="zstd"), final)
+        self.writers[relpath][0].write_table(pa.concat_tables(tables))
+
+    def close(self) -> dict[str, int]:
+        for relpath in list(self.buffers):
+            self._flush(relpath)
+        for writer, final in self.writers.values():
+            writer.close()
+            os.replace(final.with_name(f".{final.name}.tmp"), final)
+        return dict(self.rows)
+
+
+def _raw_rows(table: pa.Table, kind: Kind) -> pa.Table:
+    accepted = table.filter(pc.is_null(table[REASON]))
+    columns = {"kafka_timestamp": accepted["timestamp"], PAYLOAD: accepted["value"].cast(pa.string())}
+    schema = raw_arrow_schema(kind)
+    return pa.table([columns[f.name] if f.name in columns else accepted[f.name] for f in schema], schema=schema)
+
+
+def _quarantine_rows(table: pa.Table, kind: Kind) -> pa.Table:
+    refused = table.filter(pc.is_valid(table[REASON]))
+    schema = quarantine_arrow_schema()
+    columns = {"kind": pa.repeat(kind.value, refused.num_rows), "kafka_timestamp": refused["timestamp"]}
+    return pa.table([columns[f.name] if f.name in columns else refused[f.name] for f in schema], schema=schema)
+
+
+def land_stream(batches: Iterator[pa.RecordBatch], args: dict) -> Iterator[pa.RecordBatch]:
+    """The :class:`BatchTransform` entry point (``args`` from :func:`landing_transform`)."""
+    kind = Kind(args["kind"])
+    rules = TimingRules(**{**args["rules"], "committed_watermarks": {
+        int(p): w for p, w in args["rules"]["committed_watermarks"].items()}})
+    state = ReadState(dict(rules.committed_watermarks))
+    files = _Files(Path(args["root"]))
+    run, table_dir, date_col = args["run_id"], TABLE_BY_KIND[kind], DATE_COLUMN_BY_KIND[kind]
+    topic = partition = first = last = None
+    outcomes: dict[str, int] = {}
+    read = 0
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        table = classify_batch(batch, kind, rules, state)
+        topic, partition = table["topic"][0].as_py(), table["partition"][0].as_py()
+        first = first if first is not None else table["offset"][0].as_py()
+        last, read = table["offset"][-1].as_py(), read + table.num_rows
+        for item in pc.value_counts(pc.fill_null(table[REASON], "valid")).to_pylist():
+            outcomes[item["values"]] = outcomes.get(item["values"], 0) + item["counts"]
+        stem = f"part-{topic}-{partition:05d}-{first:012d}"
+        raw = _raw_rows(table, kind)
+        days = pc.cast(raw[TIME_FIELD_BY_KIND[kind]], pa.date32())
+        for day in pc.unique(days).to_pylist():
+            files.add(f"{table_dir}/{date_col}={day.isoformat()}/{RUN_ID}={run}/{stem}.parquet",
+                      raw.filter(pc.equal(days, pa.scalar(day, pa.date32()))))
+        files.add(f"{QUARANTINE}/{RUN_ID}={run}/{kind.value}-{stem}.parquet", _quarantine_rows(table, kind))
+    if read == 0:
+        return
+    summary = ChunkSummary(topic, partition, first, last, read, outcomes,
+                           state.watermarks.get(partition) if partition in state.watermarks else None,
+                           files.close())
+    yield _summary_batch(summary)
+
+
+def _summary_batch(s: ChunkSummary) -> pa.RecordBatch:
+    watermark = s.watermark if s.watermark is not None and s.watermark > -(2**61) else None
+    return pa.RecordBatch.from_pydict({
+        "topic": [s.topic], "partition": pa.array([s.partition], pa.int32()), "first_offset": [s.first_offset],
+        "last_offset": [s.last_offset], "read": [s.read], "outcomes": [json.dumps(s.outcomes)],
+        "watermark": pa.array([watermark], pa.int64()), "files": [json.dumps(s.files)]})
+
+
+def landing_transform(kind: Kind, rules: TimingRules, run_id: str, root: Path) -> BatchTransform:
+    return BatchTransform("pipeline.ingest.landing:land_stream",
+                          {"kind": kind.value, "rules": asdict(rules), "run_id": run_id, "root": str(root)},
+                          SUMMARY_DDL)
+
+
+def parse_summaries(rows: list) -> list[ChunkSummary]:
+    """Spark rows of the landing DataFrame -> summaries."""
+    return [ChunkSummary(r["topic"], r["partition"], r["first_offset"], r["last_offset"], r["read"],
+                         json.loads(r["outcomes"]), r["watermark"], json.loads(r["files"])) for r in rows]
+

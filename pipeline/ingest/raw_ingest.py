@@ -1,0 +1,137 @@
+"""Kafka -> raw store for one run: plan offsets, land (read, validate, screen, write), drop
+duplicates, check the accounting, commit.
+
+Order of effects (what makes a SIGKILL at any point safe):
+1. discard files of runs that never committed;
+2. plan ``[committed, end)`` per partition, end taken once from ``pipeline.kafka.admin.end_offsets``;
+3. per topic: the Kafka read tasks write accepted and refused records under this run's id
+   (invisible so far); duplicates then move from the run's raw files to its quarantine;
+4. check that the files hold exactly what was accounted, write the run manifest;
+5. commit: one atomic replace of the offset file adds the run id, offsets and watermarks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from pyspark.sql import SparkSession
+
+from pipeline.contract import Kind
+from pipeline.ingest.accounting import (
+    AccountingError,
+    TopicAccounting,
+    account,
+    merge_summaries,
+    verify_landed,
+)
+from pipeline.ingest.config import IngestConfig
+from pipeline.ingest.duplicates import IDENTITY_BY_KIND, find_duplicates, read_new_rows, stored_matches
+from pipeline.ingest.kafka_source import read_kafka
+from pipeline.ingest.landing import ChunkSummary, landing_transform, parse_summaries
+from pipeline.ingest.offsets import OffsetPlan, plan_offset_ranges
+from pipeline.ingest.progress import Progress
+from pipeline.ingest.raw_store import RawStore
+from pipeline.ingest.timing import TimingRules
+from pipeline.kafka.admin import end_offsets
+from pipeline.kafka.settings import KafkaConfig
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    run_id: str
+    accounting: tuple[TopicAccounting, ...]
+    run_manifest: str
+
+
+@dataclass(frozen=True)
+class LandedTopic:
+    accounting: TopicAccounting
+    watermarks: dict[int, int]  # partition -> latest accepted event time (epoch us)
+
+
+def topics_by_kind(kafka: KafkaConfig) -> dict[Kind, str]:
+    return {Kind.TRANSACTION: kafka.transactions_topic, Kind.LABEL: kafka.labels_topic}
+
+
+def plan_run(store: RawStore, kafka: KafkaConfig, allow_data_loss: bool) -> dict[Kind, OffsetPlan]:
+    """Offset ranges this run reads, per event kind (talks to Kafka once per topic)."""
+    committed = store.committed().offsets
+    return {kind: plan_offset_ranges(topic, committed.get(topic, {}), end_offsets(kafka, topic), allow_data_loss)
+            for kind, topic in topics_by_kind(kafka).items()}
+
+
+def land_topic(spark: SparkSession, store: RawStore, config: IngestConfig, kafka: KafkaConfig, plan: OffsetPlan,
+               kind: Kind, run_id: str, run_started: datetime, allow_data_loss: bool) -> list[ChunkSummary]:
+    """Read, validate, screen and write one topic's planned ranges (in the read tasks)."""
+    rules = TimingRules(config.raw.max_lateness_days, config.raw.max_clock_skew_s,
+                        int(run_started.timestamp() * 1_000_000),
+                        store.committed().watermarks.get(plan.topic, {}))
+    transform = landing_transform(kind, rules, run_id, store.root)
+    landed = read_kafka(spark, kafka, list(plan.ranges), config.source, allow_data_loss, transform)
+    return parse_summaries(landed.collect())
+
+
+def drop_duplicates(store: RawStore, kind: Kind, run_id: str) -> int:
+    """Move this run's duplicate rows to its quarantine; returns how many."""
+    new_rows = read_new_rows(store.run_files(run_id, kind)[0], kind)
+    if new_rows is None:
+        return 0
+    found = find_duplicates(new_rows, stored_matches(store.committed_files(kind), kind, new_rows), kind)
+    moved = store.quarantine_duplicates(run_id, kind, found, IDENTITY_BY_KIND[kind][0])
+    if moved != len(found):
+        raise AccountingError(f"{kind.value}s: {len(found)} duplicates found but {moved} moved to quarantine")
+    return moved
+
+
+def ingest_topic(spark: SparkSession, store: RawStore, config: IngestConfig, kafka: KafkaConfig,
+                 plan: OffsetPlan, kind: Kind, run_id: str, run_started: datetime, allow_data_loss: bool,
+                 progress: Progress) -> LandedTopic:
+    """Land one topic's planned ranges under ``run_id``, drop duplicates, check the accounting."""
+    if plan.records == 0:  # nothing new: skip the Spark jobs, account zeros
+        return LandedTopic(account(plan, kind.value, {}, {}, 0), {})
+    with progress.stage(f"{kind.value}s: read + validate + land") as counts:
+        chunks = land_topic(spark, store, config, kafka, plan, kind, run_id, run_started, allow_data_loss)
+        read, outcomes, watermarks = merge_summaries(chunks)
+        counts.update(read=sum(read.values()), accepted=outcomes.get(None, 0),
+                      quarantined=sum(n for r, n in outcomes.items() if r is not None))
+    with progress.stage(f"{kind.value}s: duplicates + check") as counts:
+        duplicates = drop_duplicates(store, kind, run_id)
+        accounting = account(plan, kind.value, read, outcomes, duplicates)
+        verify_landed(accounting, *store.count_run_rows(run_id, kind))
+        counts.update(duplicates=duplicates, valid=accounting.valid)
+    return LandedTopic(accounting, watermarks)
+
+
+def prepare_run(store: RawStore, kafka: KafkaConfig, allow_data_loss: bool, progress: Progress) -> dict[Kind, OffsetPlan]:
+    """Steps 1-2 (no Spark needed: an unreachable broker fails before a session starts).
+    Call with the store locked."""
+    with progress.stage("prepare") as counts:
+        counts["discarded_uncommitted"] = len(store.discard_uncommitted())
+    with progress.stage("plan offsets") as counts:
+        plans = plan_run(store, kafka, allow_data_loss)
+        for plan in plans.values():
+            counts[plan.topic] = plan.records
+            if plan.lost:
+                counts[f"{plan.topic}_lost"] = sum(plan.lost.values())
+    return plans
+
+
+def land_and_commit(spark: SparkSession, store: RawStore, config: IngestConfig, kafka: KafkaConfig,
+                    plans: dict[Kind, OffsetPlan], run_id: str, allow_data_loss: bool,
+                    progress: Progress) -> IngestResult:
+    """Steps 3-5: land every planned range under ``run_id``, then commit. Call with the store locked."""
+    run_started = datetime.now(UTC)
+    landed = {kind: ingest_topic(spark, store, config, kafka, plan, kind, run_id, run_started, allow_data_loss,
+                                 progress)
+              for kind, plan in plans.items()}
+    accounting = tuple(t.accounting for t in landed.values())
+    with progress.stage("commit") as counts:
+        manifest = store.write_run_manifest(run_id, {
+            "run_id": run_id, "started_at": run_started.isoformat(), "bootstrap_servers": kafka.bootstrap_servers,
+            "accounting": [a.to_dict() for a in accounting],
+        })
+        store.offsets.commit(run_id, list(plans.values()),
+                             {plans[kind].topic: t.watermarks for kind, t in landed.items()})
+        counts["run_manifest"] = manifest.name
+    return IngestResult(run_id, accounting, str(manifest))
