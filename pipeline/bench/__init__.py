@@ -17,6 +17,7 @@ from pipeline.config import PROJECT_ROOT
 # name -> what it compares; the module pipeline.bench.<name> must exist.
 BENCHMARKS: dict[str, str] = {
     "simulate": "simulator events/s vs the >=100k/s requirement",
+    "ingest": "Spark ingest into the raw store vs one confluent-kafka reader + json.loads (rows/s ratio); features s/million",
     "train": "DDP samples/s with 1 vs 2 processes (1 thread each): scaling efficiency vs the >=0.9 goal",
     "compression": "dense vs top-k (with/without error feedback) at density 0.01/0.001: bytes/step, AUC, AP",
     "baseline": "our model vs LightGBM on the same features and split: AUC, AP, card precision@100, train time",

@@ -13,6 +13,7 @@ Kafka data commits an empty run and republishes the same dataset version (same c
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,15 +22,24 @@ from datetime import UTC, date, datetime
 
 from pyspark.sql import SparkSession
 
-from pipeline.ingest.accounting import TopicAccounting
-from pipeline.ingest.config import IngestConfig
+from pipeline.config import ConfigError
+from pipeline.datasets.manifest import ManifestError
+from pipeline.ingest.accounting import AccountingError, TopicAccounting
+from pipeline.ingest.config import IngestConfig, load_ingest_config
 from pipeline.ingest.dataset_builder import DatasetSummary, build_dataset, data_until
-from pipeline.ingest.dataset_plan import DatasetPlan, plan_backfill, plan_nightly
+from pipeline.ingest.dataset_plan import DatasetPlan, PlanError, plan_backfill, plan_nightly
+from pipeline.ingest.kafka_source import KafkaReadError
+from pipeline.ingest.offsets import OffsetGapError
 from pipeline.ingest.progress import Progress, StageRecord
 from pipeline.ingest.raw_ingest import land_and_commit, prepare_run
-from pipeline.ingest.raw_store import RawStore
+from pipeline.ingest.raw_store import IngestLocked, RawStore
 from pipeline.ingest.session import build_spark_session
-from pipeline.kafka.settings import KafkaConfig
+from pipeline.kafka.admin import KafkaUnavailable
+from pipeline.kafka.settings import KafkaConfig, load_kafka_config
+
+# Failures whose message tells the operator what to do (exit 1, no trace).
+OPERATOR_ERRORS = (KafkaUnavailable, KafkaReadError, OffsetGapError, PlanError, IngestLocked, AccountingError,
+                   ConfigError, ManifestError)
 
 
 @dataclass(frozen=True)
@@ -53,9 +63,18 @@ def new_run_id() -> str:
     return f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
 
 
+def load_job_configs(env: str | None, bootstrap_servers: str | None = None) -> tuple[IngestConfig, KafkaConfig]:
+    """conf/<env>/ingest.toml and kafka.toml; ``bootstrap_servers`` (the CLI option) wins."""
+    kafka = load_kafka_config(env)
+    if bootstrap_servers:
+        kafka = dataclasses.replace(kafka, bootstrap_servers=bootstrap_servers)
+    return load_ingest_config(env), kafka
+
+
 @contextmanager
 def _session(config: IngestConfig, spark: SparkSession | None, master: str | None) -> Iterator[SparkSession]:
-    """The caller's session, or one built for this run and stopped after it."""
+    """The caller's session, the process's active one, or one built for this run and stopped after it."""
+    spark = spark or SparkSession.getActiveSession()
     if spark is not None:
         yield spark
         return
@@ -114,3 +133,18 @@ def run_raw_ingest(config: IngestConfig, kafka: KafkaConfig, *, allow_data_loss:
     """Only Kafka -> raw store (used by the benchmark)."""
     return _run(config, kafka, "raw", None, allow_data_loss=allow_data_loss, master=master, spark=spark,
                 progress=progress)
+
+
+def failure_message(exc: BaseException) -> str | None:
+    """An operator-facing one-liner for an expected failure, or None for a bug (show the trace).
+
+    Errors raised inside executor tasks (a Kafka read that failed) reach the driver wrapped in
+    Spark's exceptions; their own message is dug out.
+    """
+    if isinstance(exc, OPERATOR_ERRORS):
+        return f"{type(exc).__name__}: {exc}"
+    text = str(exc)
+    marker = f"{KafkaReadError.__name__}: "
+    if marker in text:
+        return marker + text.split(marker, 1)[1].splitlines()[0]
+    return None
