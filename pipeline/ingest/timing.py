@@ -66,7 +66,7 @@ def _late_in_partition(times: pa.Array, accepted: pa.Array, offsets: pa.Array, p
                        rules: TimingRules, state: ReadState) -> pa.Array:
     first, last = offsets[0].as_py(), offsets[-1].as_py()
     previous = state.last_offsets.get(partition)
-    if (previous is not None and first <= previous) or not pc.all(pc.greater(offsets[1:], offsets[:-1])).as_py():
+    if (previous is not None and first <= previous) or not pc.all(pc.greater(offsets[1:], offsets[:-1]), min_count=0).as_py():
         raise RuntimeError(f"partition {partition}: offsets out of order near {first}; timing screen needs "
                            f"records in offset order (apply it directly to the Kafka read)")
     state.last_offsets[partition] = last

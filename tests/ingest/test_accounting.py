@@ -1,0 +1,43 @@
+"""Accounting: the sums must add up, and must match what the run's files hold."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.ingest.accounting import AccountingError, account, merge_summaries, verify_landed
+from pipeline.ingest.landing import ChunkSummary
+from pipeline.ingest.offsets import OffsetPlan, OffsetRange
+
+PLAN = OffsetPlan("tx", (OffsetRange("tx", 0, 0, 100), OffsetRange("tx", 1, 10, 60)))
+
+
+def test_merges_chunks_and_moves_duplicates_out_of_valid():
+    chunks = [ChunkSummary("tx", 0, 0, 49, 50, {"valid": 48, "malformed_json": 2}, 700, {}),
+              ChunkSummary("tx", 0, 50, 99, 50, {"valid": 50}, 900, {}),
+              ChunkSummary("tx", 1, 10, 59, 50, {"valid": 49, "late_event": 1}, None, {})]
+    read, outcomes, watermarks = merge_summaries(chunks)
+    assert read == {0: 100, 1: 50}
+    assert outcomes == {None: 147, "malformed_json": 2, "late_event": 1}
+    assert watermarks == {0: 900}
+    a = account(PLAN, "transaction", read, outcomes, duplicates=3)
+    assert (a.read, a.valid, a.duplicates, a.quarantined_total, a.offset_span) == (150, 144, 3, 3, 150)
+    assert a.read == a.valid + a.quarantined_total + a.duplicates
+    assert a.to_dict()["ranges"] == {"0": [0, 100], "1": [10, 60]}
+
+
+def test_inconsistent_counts_are_refused():
+    with pytest.raises(AccountingError, match="read but 99 outcomes"):
+        account(PLAN, "transaction", {0: 100}, {None: 99}, 0)
+    with pytest.raises(AccountingError, match="read twice"):
+        account(PLAN, "transaction", {1: 51}, {None: 51}, 0)
+    with pytest.raises(AccountingError, match="duplicates among only"):
+        account(PLAN, "transaction", {0: 5}, {None: 2, "bad_mcc": 3}, 3)
+    with pytest.raises(AccountingError, match="unknown outcome"):
+        account(PLAN, "transaction", {0: 5}, {"mystery": 5}, 0)
+
+
+def test_files_must_hold_exactly_the_accounted_rows():
+    a = account(PLAN, "transaction", {0: 10}, {None: 8, "bad_mcc": 2}, 1)
+    verify_landed(a, raw_rows=7, quarantine_rows=3)
+    with pytest.raises(AccountingError, match="expected 7 and 3"):
+        verify_landed(a, raw_rows=8, quarantine_rows=3)
