@@ -11,6 +11,7 @@ import click
 from pipeline.cli.bench import bench
 from pipeline.cli.broker import broker
 from pipeline.cli.context import CliContext
+from pipeline.cli.demo import demo
 from pipeline.cli.ingest import ingest
 from pipeline.cli.produce import produce
 from pipeline.cli.registry import registry_commands
@@ -30,6 +31,7 @@ def cli(ctx: click.Context, env: str) -> None:
 
 cli.add_command(broker)
 cli.add_command(bench)
+cli.add_command(demo)
 cli.add_command(ingest)
 cli.add_command(simulate_command)
 cli.add_command(produce)
