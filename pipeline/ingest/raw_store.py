@@ -96,6 +96,7 @@ QUARANTINE_SCHEMA = StructType([StructField(n, _SPARK[t], True) for n, t in _QUA
 
 
 def _atomic_write_table(table: pa.Table, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     pq.write_table(table, tmp, compression="zstd")
     os.replace(tmp, path)
