@@ -1,0 +1,134 @@
+"""The ingest job as its own process: spark-submit on a local cluster (executors in separate JVMs),
+SIGKILL of the driver mid-run, and the CLI's messages and exit codes."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import time
+from datetime import date
+
+import psutil
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from pipeline.cli.main import cli
+from pipeline.config import PROJECT_ROOT
+from pipeline.contract import Kind
+from pipeline.datasets.manifest import load_manifest
+from pipeline.ingest.config import load_ingest_config
+from pipeline.ingest.job import run_nightly
+from pipeline.ingest.progress import quiet
+from pipeline.ingest.raw_store import RawStore
+from pipeline.kafka.broker import free_port
+from pipeline.kafka.producer import publish_records
+from tests.ingest.kafka_helpers import small_simulation
+from tests.ingest.process_helpers import job_env, local_cluster_logs, write_conf_dir
+
+pytestmark = [pytest.mark.broker, pytest.mark.spark]
+SPARK_SUBMIT = PROJECT_ROOT / ".venv" / "bin" / "spark-submit"
+
+
+def publish(kafka, sim) -> None:
+    assert publish_records(kafka, kafka.transactions_topic, Kind.TRANSACTION, sim.transaction_records()).ok
+    assert publish_records(kafka, kafka.labels_topic, Kind.LABEL, sim.label_records()).ok
+
+
+@pytest.mark.slow
+def test_spark_submit_on_a_local_cluster_runs_the_source_on_executors(tmp_path, state_dir, kafka_config):
+    sim = small_simulation(days=30, num_cards=100)
+    publish(kafka_config, sim)
+    conf = write_conf_dir(tmp_path / "conf", kafka_config, {"shuffle_partitions": "2"})
+    report_path = tmp_path / "report.json"
+    cmd = [str(SPARK_SUBMIT), "--master", "local-cluster[2,1,1024]", "--conf", "spark.driver.host=127.0.0.1",
+           str(PROJECT_ROOT / "jobs" / "ingest.py"), "--run-date", "2026-01-30", "--report-json", str(report_path)]
+    with local_cluster_logs() as logs:
+        done = subprocess.run(cmd, env=job_env(state_dir, conf), cwd=PROJECT_ROOT, capture_output=True, text=True,
+                              timeout=400)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(report_path.read_text())
+    tx = report["accounting"][0]
+    assert (tx["read"], tx["valid"]) == (len(sim.transactions), len(sim.transactions))
+    assert "Ingest run" in done.stdout and "fraud-dev @" in done.stdout  # the summary tables
+    # Two executor JVMs ran tasks, among them the Kafka read (stage 0); the driver ran none.
+    assert len(logs) == 2 and all("Running task" in text for text in logs.values())
+    assert any("in stage 0.0" in text for text in logs.values())
+    assert len(RawStore(state_dir / "raw").committed_files(Kind.TRANSACTION)) > 0
+    manifest = load_manifest(state_dir / "datasets" / "fraud-dev")
+    assert manifest.content_hash == report["dataset"]["content_hash"]
+
+
+def _wait_for_landing(raw, proc, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if list(raw.glob("transactions/*/run_id=*/.*.tmp")) or list(raw.glob("transactions/*/run_id=*/*.parquet")):
+            return
+        assert proc.poll() is None, "the job ended before it was killed"
+        time.sleep(0.05)
+    raise AssertionError("the job never started landing records")
+
+
+@pytest.mark.slow
+def test_sigkill_mid_run_leaves_the_previous_state_and_the_rerun_completes(tmp_path, state_dir, kafka_config, spark):
+    first, second = small_simulation(days=20, num_cards=150), small_simulation(days=10, num_cards=150,
+                                                                               start_date="2026-01-21")
+    publish(kafka_config, first)
+    config = load_ingest_config("dev")
+    before = run_nightly(config, kafka_config, date(2026, 1, 20), spark=spark, progress=quiet())
+    store = RawStore(config.raw.root())
+    committed = store.offsets.path.read_bytes()
+    latest = (config.dataset.dataset_root() / "LATEST").read_text()
+
+    publish(kafka_config, second)
+    conf = write_conf_dir(tmp_path / "conf", kafka_config, {"max_records_per_split": "400"})
+    proc = subprocess.Popen([str(PROJECT_ROOT / ".venv" / "bin" / "python"), str(PROJECT_ROOT / "jobs" / "ingest.py"),
+                             "--run-date", "2026-01-30"], env=job_env(state_dir, conf), cwd=PROJECT_ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    family = [proc.pid]
+    try:
+        _wait_for_landing(store.root, proc, timeout_s=180)
+        family += [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        for pid in family:  # the driver, then the JVM and Python workers it started
+            try:
+                psutil.Process(pid).kill()
+            except psutil.NoSuchProcess:
+                pass
+    assert store.offsets.path.read_bytes() == committed  # nothing committed by the killed run
+    assert (config.dataset.dataset_root() / "LATEST").read_text() == latest
+
+    after = run_nightly(config, kafka_config, date(2026, 1, 30), spark=spark, progress=quiet())
+    tx = after.accounting[0]
+    assert (tx.read, tx.valid, tx.duplicates) == (len(second.transactions), len(second.transactions), 0)
+    ids = [i for f in store.committed_files(Kind.TRANSACTION)
+           for i in pq.read_table(f, columns=["transaction_id"])["transaction_id"].to_pylist()]
+    assert len(ids) == len(set(ids)) == len(first.transactions) + len(second.transactions)
+    assert after.dataset.version != before.dataset.version
+    assert load_manifest(config.dataset.dataset_root()).version == after.dataset.version
+
+
+def test_cli_explains_an_unreachable_broker_and_a_missing_topic(tmp_path, state_dir, kafka_config, monkeypatch):
+    dead = dataclasses.replace(kafka_config, bootstrap_servers=f"127.0.0.1:{free_port()}")
+    monkeypatch.setenv("FRAUD_CONF_DIR", str(write_conf_dir(tmp_path / "dead", dead, request_timeout_s=2)))
+    result = CliRunner().invoke(cli, ["ingest", "--run-date", "2026-01-30"])
+    assert result.exit_code == 1 and "unreachable" in result.output and "fraudctl broker start" in result.output
+    missing = dataclasses.replace(kafka_config, transactions_topic="no-such-topic")
+    monkeypatch.setenv("FRAUD_CONF_DIR", str(write_conf_dir(tmp_path / "missing", missing, request_timeout_s=5)))
+    result = CliRunner().invoke(cli, ["ingest", "--run-date", "2026-01-30"])
+    assert result.exit_code == 1 and "topic 'no-such-topic' does not exist" in result.output
+
+
+def test_cli_refuses_bad_arguments_and_impossible_backfills(tmp_path, state_dir, kafka_config, monkeypatch):
+    monkeypatch.setenv("FRAUD_CONF_DIR", str(write_conf_dir(tmp_path / "conf", kafka_config)))
+    runner = CliRunner()
+    assert runner.invoke(cli, ["ingest"]).exit_code == 2
+    assert runner.invoke(cli, ["ingest", "--run-date", "2026-01-30", "--end", "2026-01-31"]).exit_code == 2
+    assert runner.invoke(cli, ["ingest", "--run-date", "30/01/2026"]).exit_code == 2
+    result = runner.invoke(cli, ["ingest", "--start", "2026-01-01", "--end", "2026-01-20"])
+    assert result.exit_code == 1 and "raw store is empty" in result.output
