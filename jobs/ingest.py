@@ -1,7 +1,11 @@
 """Spark ingest job, for ``spark-submit`` (and plain ``python``; ``fraudctl ingest`` is the same).
 
-    spark-submit --master local[2] jobs/ingest.py --run-date 2026-01-28
-    spark-submit --master spark://host:7077 jobs/ingest.py --start 2026-01-01 --end 2026-01-20 --from-kafka
+    PYSPARK_PYTHON=.venv/bin/python .venv/bin/spark-submit --master local[2] jobs/ingest.py --run-date 2026-01-28
+    PYSPARK_PYTHON=.venv/bin/python .venv/bin/spark-submit --master spark://host:7077 jobs/ingest.py \
+        --start 2026-01-01 --end 2026-01-20 --from-kafka
+
+(``PYSPARK_PYTHON``: the interpreter with this project installed; spark-submit would otherwise
+start the driver with whatever ``python3`` is on the PATH.)
 
 Nightly (``--run-date D``): new Kafka records -> raw store, then the dataset whose label cutoff is
 D. Backfill (``--start/--end``): the dataset for that range from the raw store (first catching up

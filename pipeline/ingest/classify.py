@@ -46,8 +46,7 @@ def classify_batch(batch: pa.RecordBatch, kind: Kind, rules: TimingRules | None,
 def classify_stream(batches: Iterator[pa.RecordBatch], args: dict) -> Iterator[pa.RecordBatch]:
     """The :class:`BatchTransform` entry point: ``args`` from :func:`classify_transform`."""
     kind = Kind(args["kind"])
-    rules = TimingRules(**{**args["rules"], "committed_watermarks": {
-        int(p): w for p, w in args["rules"]["committed_watermarks"].items()}}) if args["rules"] else None
+    rules = TimingRules.from_dict(args["rules"]) if args["rules"] else None
     state = ReadState(dict(rules.committed_watermarks)) if rules is not None else None
     for batch in batches:
         yield from classify_batch(batch, kind, rules, state, args["diagnostics"]).to_batches()

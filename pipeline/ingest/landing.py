@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
@@ -109,47 +109,63 @@ def _quarantine_rows(table: pa.Table, kind: Kind) -> pa.Table:
     return pa.table([columns[f.name] if f.name in columns else refused[f.name] for f in schema], schema=schema)
 
 
-def land_stream(batches: Iterator[pa.RecordBatch], args: dict) -> Iterator[pa.RecordBatch]:
-    """The :class:`BatchTransform` entry point (``args`` from :func:`landing_transform`)."""
-    kind = Kind(args["kind"])
-    rules = TimingRules(**{**args["rules"], "committed_watermarks": {
-        int(p): w for p, w in args["rules"]["committed_watermarks"].items()}})
-    state = ReadState(dict(rules.committed_watermarks))
-    files = _Files(Path(args["root"]))
-    run, table_dir, date_col = args["run_id"], TABLE_BY_KIND[kind], DATE_COLUMN_BY_KIND[kind]
-    topic = partition = first = last = None
-    outcomes: dict[str, int] = {}
-    read = 0
-    for batch in batches:
-        if batch.num_rows == 0:
-            continue
-        table = classify_batch(batch, kind, rules, state)
-        topic, partition = table["topic"][0].as_py(), table["partition"][0].as_py()
-        first = first if first is not None else table["offset"][0].as_py()
-        last, read = table["offset"][-1].as_py(), read + table.num_rows
+@dataclass
+class _Tally:
+    """What one read task has seen so far."""
+
+    topic: str | None = None
+    partition: int | None = None
+    first: int | None = None
+    last: int | None = None
+    read: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
+
+    def add(self, table: pa.Table) -> None:
+        self.topic, self.partition = table["topic"][0].as_py(), table["partition"][0].as_py()
+        self.first = self.first if self.first is not None else table["offset"][0].as_py()
+        self.last, self.read = table["offset"][-1].as_py(), self.read + table.num_rows
         for item in pc.value_counts(pc.fill_null(table[REASON], "valid")).to_pylist():
-            outcomes[item["values"]] = outcomes.get(item["values"], 0) + item["counts"]
-        stem = f"part-{topic}-{partition:05d}-{first:012d}"
-        raw = _raw_rows(table, kind)
-        days = pc.cast(raw[TIME_FIELD_BY_KIND[kind]], pa.date32())
-        for day in pc.unique(days).to_pylist():
-            files.add(f"{table_dir}/{date_col}={day.isoformat()}/{RUN_ID}={run}/{stem}.parquet",
-                      raw.filter(pc.equal(days, pa.scalar(day, pa.date32()))))
-        files.add(f"{QUARANTINE}/{RUN_ID}={run}/{kind.value}-{stem}.parquet", _quarantine_rows(table, kind))
-    if read == 0:
-        return
-    summary = ChunkSummary(topic, partition, first, last, read, outcomes,
-                           state.watermarks.get(partition) if partition in state.watermarks else None,
-                           files.close())
-    yield _summary_batch(summary)
+            self.outcomes[item["values"]] = self.outcomes.get(item["values"], 0) + item["counts"]
+
+    @property
+    def stem(self) -> str:
+        """File name stem: the same on a retry of the same task (same first record)."""
+        return f"part-{self.topic}-{self.partition:05d}-{self.first:012d}"
+
+
+def _write(table: pa.Table, kind: Kind, run_id: str, stem: str, files: _Files) -> None:
+    """Accepted rows to their date partitions, refused rows to the quarantine."""
+    raw = _raw_rows(table, kind)
+    days = pc.cast(raw[TIME_FIELD_BY_KIND[kind]], pa.date32())
+    for day in pc.unique(days).to_pylist():
+        rows = raw.filter(pc.equal(days, pa.scalar(day, pa.date32())))
+        files.add(f"{TABLE_BY_KIND[kind]}/{DATE_COLUMN_BY_KIND[kind]}={day.isoformat()}/{RUN_ID}={run_id}/{stem}.parquet",
+                  rows)
+    files.add(f"{QUARANTINE}/{RUN_ID}={run_id}/{kind.value}-{stem}.parquet", _quarantine_rows(table, kind))
+
+
+def land_stream(batches: Iterator[pa.RecordBatch], args: dict) -> Iterator[pa.RecordBatch]:
+    """The :class:`BatchTransform` entry point (``args`` from :func:`landing_transform`): classify
+    and write every batch, then yield one summary row (nothing for an empty range)."""
+    kind, rules = Kind(args["kind"]), TimingRules.from_dict(args["rules"])
+    state = ReadState(dict(rules.committed_watermarks))
+    files, tally = _Files(Path(args["root"])), _Tally()
+    for batch in batches:
+        if batch.num_rows:
+            table = classify_batch(batch, kind, rules, state)
+            tally.add(table)
+            _write(table, kind, args["run_id"], tally.stem, files)
+    if tally.read:
+        written = files.close()
+        yield _summary_batch(ChunkSummary(tally.topic, tally.partition, tally.first, tally.last, tally.read,
+                                          tally.outcomes, state.watermark(tally.partition), written))
 
 
 def _summary_batch(s: ChunkSummary) -> pa.RecordBatch:
-    watermark = s.watermark if s.watermark is not None and s.watermark > -(2**61) else None
     return pa.RecordBatch.from_pydict({
         "topic": [s.topic], "partition": pa.array([s.partition], pa.int32()), "first_offset": [s.first_offset],
         "last_offset": [s.last_offset], "read": [s.read], "outcomes": [json.dumps(s.outcomes)],
-        "watermark": pa.array([watermark], pa.int64()), "files": [json.dumps(s.files)]})
+        "watermark": pa.array([s.watermark], pa.int64()), "files": [json.dumps(s.files)]})
 
 
 def landing_transform(kind: Kind, rules: TimingRules, run_id: str, root: Path) -> BatchTransform:

@@ -14,7 +14,8 @@ record's original JSON text (unknown fields included). Append-only: a run only a
 directories (written by the read tasks, see :mod:`pipeline.ingest.landing`). They become visible
 when the run id enters the commit log, after all of them are complete; readers filter on
 committed run ids, so a run killed at any point leaves nothing visible, and the next run deletes
-its leftovers first.
+its leftovers first. The store must sit on a filesystem the driver and the executors share
+(local disk in ``local``/``local-cluster`` mode, a mounted volume on a cluster).
 """
 
 from __future__ import annotations
@@ -142,13 +143,11 @@ class RawStore:
             shutil.rmtree(path, ignore_errors=True)
         return removed
 
-    def read(self, spark: SparkSession, kind: Kind, start: date | None = None, end: date | None = None,
-             runs: list[str] | None = None) -> DataFrame:
-        """Rows of a raw table from committed runs (or the given ``runs``), optionally only
-        partition dates in ``[start, end]``."""
+    def read(self, spark: SparkSession, kind: Kind, start: date | None = None, end: date | None = None) -> DataFrame:
+        """Rows of a raw table from committed runs, optionally only partition dates in ``[start, end]``."""
         schema = raw_schema(kind)
         path = self.table_path(kind)
-        runs = list(self.committed().runs) if runs is None else runs
+        runs = list(self.committed().runs)
         if not runs or not any(path.glob(f"*/{RUN_ID}=*/*.parquet")):
             return spark.createDataFrame([], schema)
         df = spark.read.schema(schema).parquet(str(path)).filter(F.col(RUN_ID).isin(runs))
@@ -160,6 +159,7 @@ class RawStore:
         return df
 
     def read_quarantine(self, spark: SparkSession) -> DataFrame:
+        """The quarantine table of committed runs (reason, field, raw key and value, Kafka position)."""
         runs = list(self.committed().runs)
         path = self.root / QUARANTINE
         if not runs or not any(path.glob(f"{RUN_ID}=*/*.parquet")):

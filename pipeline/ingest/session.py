@@ -41,10 +41,6 @@ def session_settings(config: SparkConfig, master: str | None = None) -> dict[str
         "spark.ui.showConsoleProgress": "true",
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
-        # Parquet timestamps as plain INT64 micros: readable by pyarrow/pandas without INT96 quirks.
-        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
-        # Arrow batches between JVM and Python workers (data source, UDF fallback, shard writer).
-        "spark.sql.execution.arrow.pyspark.enabled": "true",
     }
     resolved = resolve_master(config, master)
     if resolved:

@@ -38,6 +38,12 @@ class TimingRules:
     run_started_us: int  # stands in for a missing Kafka timestamp
     committed_watermarks: dict[int, int] = field(default_factory=dict)  # partition -> epoch us
 
+    @staticmethod
+    def from_dict(d: dict) -> TimingRules:
+        """Inverse of ``dataclasses.asdict`` after a JSON round trip (partition keys become strings)."""
+        marks = {int(p): int(w) for p, w in d["committed_watermarks"].items()}
+        return TimingRules(d["max_lateness_days"], d["max_clock_skew_s"], d["run_started_us"], marks)
+
     @property
     def lateness_us(self) -> int:
         return int(self.max_lateness_days * US_PER_DAY)
@@ -53,6 +59,10 @@ class ReadState:
 
     watermarks: dict[int, int]
     last_offsets: dict[int, int] = field(default_factory=dict)
+
+    def watermark(self, partition: int) -> int | None:
+        mark = self.watermarks.get(partition, NO_WATERMARK)
+        return None if mark == NO_WATERMARK else mark
 
 
 def _reject(table: pa.Table, mask: pa.Array, reason: RejectReason, field_name: str) -> pa.Table:

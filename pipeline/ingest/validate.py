@@ -16,8 +16,7 @@
 So every rejection reason is the contract's by construction, and the fast path's soundness
 ("never accepts what the contract rejects") is what the tests check, on a corpus covering every
 reason and on randomly mutated records. Typical clean traffic never touches the per-record
-Python path. :func:`classify_records` runs this (and the timing screen) inside Spark with
-``mapInArrow``.
+Python path. The ingest job runs this inside the Kafka read tasks (:mod:`pipeline.ingest.landing`).
 """
 
 from __future__ import annotations
