@@ -26,7 +26,7 @@ from pipeline.contract import Kind
 from pipeline.features.transforms import build_features
 from pipeline.ingest.config import IngestConfig, SparkConfig
 from pipeline.ingest.job import run_raw_ingest
-from pipeline.ingest.progress import Progress
+from pipeline.ingest.progress import Progress, quiet
 from pipeline.ingest.raw_store import RawStore
 from pipeline.ingest.session import build_spark_session
 from pipeline.kafka.admin import end_offsets
@@ -108,8 +108,32 @@ def _warm_up(spark, broker: EmbeddedBroker, tmp: Path, sim) -> float:
     records = sim.transaction_records()
     publish_records(kafka, kafka.transactions_topic, Kind.TRANSACTION, (next(records) for _ in range(2_000)))
     started = time.perf_counter()
-    run_raw_ingest(_config(tmp / "warmup-raw"), kafka, spark=spark, progress=Progress(emit=lambda line: None))
+    run_raw_ingest(_config(tmp / "warmup-raw"), kafka, spark=spark, progress=quiet())
     return time.perf_counter() - started
+
+
+def _measure_ours(broker: EmbeddedBroker, kafka: KafkaConfig, tmp: Path, sim) -> dict:
+    """Warm session, timed raw ingest of the topic, then the timed feature build."""
+    config = _config(tmp / "raw")
+    started = time.perf_counter()
+    spark = build_spark_session(config.spark)
+    spark_start_s = time.perf_counter() - started
+    try:
+        warmup_s = _warm_up(spark, broker, tmp, sim)
+        with PeakRss() as rss:
+            started = time.perf_counter()
+            ingest = run_raw_ingest(config, kafka, spark=spark, progress=Progress(emit=print, prefix="[bench]"))
+            ingest_s = time.perf_counter() - started
+        publish_records(kafka, kafka.labels_topic, Kind.LABEL, sim.label_records())
+        run_raw_ingest(config, kafka, spark=spark, progress=quiet())
+        features_s = _time_features(spark, RawStore(config.raw.root()), config)
+    finally:
+        spark.stop()
+    rows = ingest.accounting[0].read
+    return {"rows": rows, "ingest_s": round(ingest_s, 2), "ingest_rows_per_s": round(rows / ingest_s),
+            "peak_rss_mb": round(rss.peak_mb), "spark_start_s": round(spark_start_s, 2), "warmup_s": round(warmup_s, 2),
+            "features_s_per_million": round(features_s / (rows / 1e6), 2),
+            "stages": {s.name: s.seconds for s in ingest.stages}, "master": config.spark.master}
 
 
 def run(quick: bool) -> dict:
@@ -122,41 +146,11 @@ def run(quick: bool) -> dict:
         report = publish_records(kafka, kafka.transactions_topic, Kind.TRANSACTION, sim.transaction_records())
         assert report.ok, report.errors
         baseline_rows, baseline_s = baseline_drain(kafka, kafka.transactions_topic)
-
-        config = _config(Path(tmp) / "raw")
-        started = time.perf_counter()
-        spark = build_spark_session(config.spark)
-        spark_start_s = time.perf_counter() - started
-        try:
-            warmup_s = _warm_up(spark, broker, Path(tmp), sim)
-            with PeakRss() as rss:
-                started = time.perf_counter()
-                ingest = run_raw_ingest(config, kafka, spark=spark, progress=Progress(emit=print, prefix="[bench]"))
-                ingest_s = time.perf_counter() - started
-            rows = ingest.accounting[0].read
-            publish_records(kafka, kafka.labels_topic, Kind.LABEL, sim.label_records())
-            run_raw_ingest(config, kafka, spark=spark, progress=Progress(emit=lambda line: None))
-            features_s = _time_features(spark, RawStore(config.raw.root()), config)
-        finally:
-            spark.stop()
-    ingest_rps = rows / ingest_s
+        ours = _measure_ours(broker, kafka, Path(tmp), sim)
     baseline_rps = baseline_rows / baseline_s
-    return {
-        "rows": rows,
-        "baseline_rows": baseline_rows,
-        "ingest_s": round(ingest_s, 2),
-        "baseline_s": round(baseline_s, 2),
-        "ingest_rows_per_s": round(ingest_rps),
-        "baseline_rows_per_s": round(baseline_rps),
-        "ratio": round(ingest_rps / baseline_rps, 3),
-        "peak_rss_mb": round(rss.peak_mb),
-        "spark_start_s": round(spark_start_s, 2),
-        "warmup_s": round(warmup_s, 2),
-        "features_s_per_million": round(features_s / (rows / 1e6), 2),
-        "stages": {s.name: s.seconds for s in ingest.stages},
-        "partitions": PARTITIONS,
-        "master": config.spark.master,
-    }
+    return {**ours, "baseline_rows": baseline_rows, "baseline_s": round(baseline_s, 2),
+            "baseline_rows_per_s": round(baseline_rps), "ratio": round(ours["ingest_rows_per_s"] / baseline_rps, 3),
+            "partitions": PARTITIONS}
 
 
 def _time_features(spark, store: RawStore, config: IngestConfig) -> float:

@@ -65,58 +65,90 @@ def split_range(r: OffsetRange, max_records: int) -> list[OffsetRange]:
             for s in range(r.start, r.end, max_records)]
 
 
+class _RangeReader:
+    """One consumer assigned to one offset range (no group membership, nothing committed)."""
+
+    def __init__(self, client: dict, r: OffsetRange, stall_timeout_s: float, allow_data_loss: bool) -> None:
+        from confluent_kafka import Consumer, TopicPartition
+
+        self.r, self.stall_timeout_s, self.allow_data_loss = r, stall_timeout_s, allow_data_loss
+        self.consumer = Consumer({**client, "group.id": "fraud-ingest-reader", "enable.auto.commit": False,
+                                  "auto.offset.reset": "earliest" if allow_data_loss else "error",
+                                  "enable.partition.eof": True})
+        self.consumer.assign([TopicPartition(r.topic, r.partition, r.start)])
+        self.expected = r.start  # next offset wanted
+        self.last_progress = time.monotonic()
+
+    def poll(self, fetch_batch: int) -> pa.RecordBatch | None:
+        """The next batch of records inside the range, or None when this poll brought none."""
+        columns: tuple[list, list, list, list] = ([], [], [], [])
+        # Ask for no more than the range still holds: consume() returns as soon as that many arrived.
+        for msg in self.consumer.consume(num_messages=min(fetch_batch, self.r.end - self.expected), timeout=1.0):
+            if not self._accept(msg, columns):
+                break
+        if not columns[0]:
+            return None
+        self.last_progress = time.monotonic()
+        return _batch(self.r, *columns)
+
+    def _accept(self, msg, columns: tuple[list, list, list, list]) -> bool:
+        """Append ``msg`` to ``columns``; False once the range's end is reached."""
+        from confluent_kafka import KafkaError
+
+        r, err = self.r, msg.error()
+        if err is not None:
+            if err.code() == KafkaError._PARTITION_EOF:
+                return True
+            raise KafkaReadError(f"{r.topic}[{r.partition}] read failed near offset {self.expected}: {err}")
+        offset = msg.offset()
+        if offset >= r.end:
+            self.expected = r.end
+            return False
+        if offset > self.expected == r.start and not self.allow_data_loss:
+            raise KafkaReadError(f"{r.topic}[{r.partition}]: offsets {r.start}..{offset - 1} are gone "
+                                 f"(deleted by retention after planning); rerun, or --allow-data-loss")
+        ts_type, ts_ms = msg.timestamp()
+        for column, value in zip(columns, (offset, ts_ms * 1000 if ts_type and ts_ms >= 0 else None,
+                                           msg.key(), msg.value()), strict=True):
+            column.append(value)
+        self.expected = offset + 1
+        return True
+
+    def finished(self) -> bool:
+        """The range is done: its last offset was read, or the consumer's position passed the end
+        (offsets inside a range may be missing on compacted or transactional topics)."""
+        from confluent_kafka import OFFSET_END, TopicPartition
+
+        if self.expected >= self.r.end:
+            return True
+        position = self.consumer.position([TopicPartition(self.r.topic, self.r.partition, OFFSET_END)])[0].offset
+        if position >= self.r.end:
+            return True
+        if time.monotonic() - self.last_progress > self.stall_timeout_s:
+            raise KafkaReadError(f"{self.r.topic}[{self.r.partition}] stalled at offset {self.expected} (range ends "
+                                 f"at {self.r.end}) for {self.stall_timeout_s:.0f}s; is the broker reachable?")
+        return False
+
+
 def read_range(client: dict, r: OffsetRange, fetch_batch: int, stall_timeout_s: float,
                allow_data_loss: bool = False) -> Iterator[pa.RecordBatch]:
-    """Yield the records of ``r`` as Arrow batches of the ``ARROW_SCHEMA``.
+    """Yield the records of ``r`` as Arrow batches of the ``ARROW_SCHEMA``, in offset order.
 
-    Stops at the first offset ``>= r.end`` (or when the consumer position passes it: offsets
-    inside a range may be missing on compacted or transactional topics). Raises
-    :class:`KafkaReadError` if records at the start have been deleted (unless ``allow_data_loss``)
-    or if the partition yields nothing for ``stall_timeout_s``.
+    Raises :class:`KafkaReadError` if records at the start have been deleted (unless
+    ``allow_data_loss``) or if the partition yields nothing for ``stall_timeout_s``.
     """
-    from confluent_kafka import OFFSET_END, Consumer, KafkaError, TopicPartition
-
-    consumer = Consumer({**client, "group.id": "fraud-ingest-reader", "enable.auto.commit": False,
-                         "auto.offset.reset": "earliest" if allow_data_loss else "error",
-                         "enable.partition.eof": True})
+    reader = _RangeReader(client, r, stall_timeout_s, allow_data_loss)
     try:
-        tp = TopicPartition(r.topic, r.partition, r.start)
-        consumer.assign([tp])
-        expected, last_progress = r.start, time.monotonic()
-        while expected < r.end:
-            offsets, stamps, keys, values = [], [], [], []
-            # Ask for no more than the range still holds: consume() returns as soon as that many arrived.
-            for msg in consumer.consume(num_messages=min(fetch_batch, r.end - expected), timeout=1.0):
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        continue
-                    raise KafkaReadError(f"{r.topic}[{r.partition}] read failed near offset {expected}: {err}")
-                offset = msg.offset()
-                if offset >= r.end:
-                    expected = r.end
-                    break
-                if offset > expected and expected == r.start and not allow_data_loss:
-                    raise KafkaReadError(f"{r.topic}[{r.partition}]: offsets {r.start}..{offset - 1} are gone "
-                                         f"(deleted by retention after planning); rerun, or --allow-data-loss")
-                ts_type, ts_ms = msg.timestamp()
-                offsets.append(offset)
-                stamps.append(ts_ms * 1000 if ts_type and ts_ms >= 0 else None)
-                keys.append(msg.key())
-                values.append(msg.value())
-                expected = offset + 1
-            if offsets:
-                last_progress = time.monotonic()
-                yield _batch(r, offsets, stamps, keys, values)
-            elif expected < r.end:
-                position = consumer.position([TopicPartition(r.topic, r.partition, OFFSET_END)])[0].offset
-                if position >= r.end:
-                    break
-                if time.monotonic() - last_progress > stall_timeout_s:
-                    raise KafkaReadError(f"{r.topic}[{r.partition}] stalled at offset {expected} (range ends at "
-                                         f"{r.end}) for {stall_timeout_s:.0f}s; is the broker reachable?")
+        while True:
+            batch = reader.poll(fetch_batch)
+            if batch is not None:
+                yield batch
+            elif reader.finished():
+                return
+            if reader.expected >= r.end:
+                return
     finally:
-        consumer.close()
+        reader.consumer.close()
 
 
 def _batch(r: OffsetRange, offsets: list, stamps: list, keys: list, values: list) -> pa.RecordBatch:
