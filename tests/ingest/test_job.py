@@ -88,6 +88,7 @@ def raw_table(store: RawStore, kind: Kind):
     return pads.dataset([str(f) for f in store.committed_files(kind)], format="parquet").to_table()
 
 
+@pytest.mark.slow
 def test_nightly_accounts_for_every_record_and_publishes_the_dataset(spark, state_dir, kafka_config, sim):
     bad = publish_sim(kafka_config, sim)
     config = ingest_config()
