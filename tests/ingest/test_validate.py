@@ -95,3 +95,11 @@ def test_spark_path_classifies_like_the_contract(spark):
                                      "key binary, value binary")
     out = classify_records(df, Kind.TRANSACTION).orderBy("offset").select(REASON, FIELD).collect()
     assert [(r[REASON], r[FIELD]) for r in out] == python_reasons(TX_CORPUS, Kind.TRANSACTION)
+
+
+def test_records_that_make_the_contract_raise_are_refused_not_fatal():
+    # validate_event raises OverflowError on these (a UTC year below 1, a 400-digit amount).
+    records = [json.dumps({**GOOD_TX, "event_time": "0001-01-01T00:30:00+01:00"}).encode(),
+               json.dumps({**GOOD_TX, "amount": 10**400}).encode()]
+    out = validate_values(pa.array(records, pa.binary()), Kind.TRANSACTION)
+    assert None not in out[REASON].to_pylist()
