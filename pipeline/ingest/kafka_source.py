@@ -13,6 +13,7 @@ this build environment cannot download, so that branch is only a thin mapping to
 
 from __future__ import annotations
 
+import bisect
 import importlib
 import json
 import time
@@ -81,38 +82,29 @@ class _RangeReader:
 
     def poll(self, fetch_batch: int) -> pa.RecordBatch | None:
         """The next batch of records inside the range, or None when this poll brought none."""
-        columns: tuple[list, list, list, list] = ([], [], [], [])
-        # Ask for no more than the range still holds: consume() returns as soon as that many arrived.
-        for msg in self.consumer.consume(num_messages=min(fetch_batch, self.r.end - self.expected), timeout=1.0):
-            if not self._accept(msg, columns):
-                break
-        if not columns[0]:
-            return None
-        self.last_progress = time.monotonic()
-        return _batch(self.r, *columns)
-
-    def _accept(self, msg, columns: tuple[list, list, list, list]) -> bool:
-        """Append ``msg`` to ``columns``; False once the range's end is reached."""
         from confluent_kafka import KafkaError
 
-        r, err = self.r, msg.error()
-        if err is not None:
-            if err.code() == KafkaError._PARTITION_EOF:
-                return True
-            raise KafkaReadError(f"{r.topic}[{r.partition}] read failed near offset {self.expected}: {err}")
-        offset = msg.offset()
-        if offset >= r.end:
-            self.expected = r.end
-            return False
-        if offset > self.expected == r.start and not self.allow_data_loss:
-            raise KafkaReadError(f"{r.topic}[{r.partition}]: offsets {r.start}..{offset - 1} are gone "
+        r = self.r
+        # Ask for no more than the range still holds: consume() returns as soon as that many arrived.
+        messages = self.consumer.consume(num_messages=min(fetch_batch, r.end - self.expected), timeout=1.0)
+        for msg in messages:
+            err = msg.error()
+            if err is not None and err.code() != KafkaError._PARTITION_EOF:
+                raise KafkaReadError(f"{r.topic}[{r.partition}] read failed near offset {self.expected}: {err}")
+        records = [m for m in messages if m.error() is None]
+        offsets = [m.offset() for m in records]
+        if offsets and offsets[-1] >= r.end:  # the fetch ran past the range: keep only what is inside
+            keep = bisect.bisect_left(offsets, r.end)
+            records, offsets, self.expected = records[:keep], offsets[:keep], r.end
+        if not offsets:
+            return None
+        if offsets[0] > self.expected == r.start and not self.allow_data_loss:
+            raise KafkaReadError(f"{r.topic}[{r.partition}]: offsets {r.start}..{offsets[0] - 1} are gone "
                                  f"(deleted by retention after planning); rerun, or --allow-data-loss")
-        ts_type, ts_ms = msg.timestamp()
-        for column, value in zip(columns, (offset, ts_ms * 1000 if ts_type and ts_ms >= 0 else None,
-                                           msg.key(), msg.value()), strict=True):
-            column.append(value)
-        self.expected = offset + 1
-        return True
+        self.expected = max(self.expected, offsets[-1] + 1)
+        self.last_progress = time.monotonic()
+        stamps = [ms * 1000 if kind and ms >= 0 else None for kind, ms in (m.timestamp() for m in records)]
+        return _batch(r, offsets, stamps, [m.key() for m in records], [m.value() for m in records])
 
     def finished(self) -> bool:
         """The range is done: its last offset was read, or the consumer's position passed the end
