@@ -197,13 +197,13 @@ def _check_value(spec: FieldSpec, value: Any) -> Rejection | None:
     if spec.json_type == "timestamp":
         try:
             parse_rfc3339(value)
-        except ValueError as exc:
+        except (ValueError, OverflowError) as exc:  # OverflowError: the UTC year leaves 1..9999
             return Rejection(RejectReason.BAD_TIME, spec.name, str(exc))
         return None
     if spec.check == "id" and not value.strip():
         return Rejection(RejectReason.EMPTY_ID, spec.name, "identifier is empty")
     if spec.check == "amount":
-        if not math.isfinite(value):
+        if not _is_finite(value):
             return Rejection(RejectReason.NON_FINITE_AMOUNT, spec.name, f"amount is {value}")
         if value <= 0:
             return Rejection(RejectReason.NON_POSITIVE_AMOUNT, spec.name, f"amount {value} is not > 0")
@@ -214,6 +214,14 @@ def _check_value(spec: FieldSpec, value: Any) -> Rejection | None:
     if spec.check == "country" and not COUNTRY_RE.match(value):
         return Rejection(RejectReason.BAD_COUNTRY, spec.name, f"{value!r} is not ISO 3166 alpha-2")
     return None
+
+
+def _is_finite(value: int | float) -> bool:
+    # JSON integers are unbounded: a 400-digit amount does not fit a float and is no real amount.
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def event_key(obj: dict[str, Any], kind: Kind) -> bytes:

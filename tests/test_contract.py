@@ -82,10 +82,12 @@ def test_optional_fields_may_be_absent_or_null():
         (_tx(amount=-3.2), RejectReason.NON_POSITIVE_AMOUNT, "amount"),
         (_tx(amount=float("nan")), RejectReason.NON_FINITE_AMOUNT, "amount"),
         (_tx(amount=float("inf")), RejectReason.NON_FINITE_AMOUNT, "amount"),
+        (_tx(amount=10**400), RejectReason.NON_FINITE_AMOUNT, "amount"),
         (_tx(currency="euro"), RejectReason.BAD_CURRENCY, "currency"),
         (_tx(event_time="2026-03-01 12:00"), RejectReason.BAD_TIME, "event_time"),
         (_tx(event_time="2026-03-01T12:00:00"), RejectReason.BAD_TIME, "event_time"),  # no offset
         (_tx(event_time="2026-13-45T12:00:00Z"), RejectReason.BAD_TIME, "event_time"),
+        (_tx(event_time="0001-01-01T00:30:00+01:00"), RejectReason.BAD_TIME, "event_time"),  # UTC year 0
         (_tx(mcc="54"), RejectReason.BAD_MCC, "mcc"),
         (_tx(country="DEU"), RejectReason.BAD_COUNTRY, "country"),
     ],
