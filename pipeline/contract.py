@@ -149,6 +149,8 @@ def validate_event(raw: bytes | str, kind: Kind) -> tuple[dict[str, Any] | None,
         obj = json.loads(text)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         return None, Rejection(RejectReason.MALFORMED_JSON, None, str(exc))
+    except RecursionError:
+        return None, Rejection(RejectReason.MALFORMED_JSON, None, "JSON nested too deeply to decode")
     if not isinstance(obj, dict):
         return None, Rejection(RejectReason.NOT_AN_OBJECT, None, f"got JSON {type(obj).__name__}")
     rejection = validate_object(obj, kind)

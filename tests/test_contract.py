@@ -70,6 +70,7 @@ def test_optional_fields_may_be_absent_or_null():
         (b"{not json", RejectReason.MALFORMED_JSON, None),
         (b"\xff\xfe\x00garbage", RejectReason.MALFORMED_JSON, None),
         ("[1, 2]", RejectReason.NOT_AN_OBJECT, None),
+        ("[" * 100_000 + "]" * 100_000, RejectReason.MALFORMED_JSON, None),  # nesting beyond the recursion limit
         (_tx(schema_version=_DROP), RejectReason.MISSING_FIELD, "schema_version"),
         (_tx(schema_version="1"), RejectReason.WRONG_TYPE, "schema_version"),
         (_tx(schema_version=2), RejectReason.UNKNOWN_SCHEMA_VERSION, "schema_version"),
