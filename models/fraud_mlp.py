@@ -41,6 +41,16 @@ class FraudModelConfig:
         return FraudModelConfig(**d)
 
 
+def squash(numeric: torch.Tensor) -> torch.Tensor:
+    """Signed log, ``sign(x) * log1p(|x|)``, applied before standardisation.
+
+    Amounts, counts and seconds-since-previous span orders of magnitude; standardised raw values
+    would put most rows in a sliver near the mean and a few far out. Monotone, so nothing a tree
+    model could split on is lost. The training-set mean/std are taken of the squashed values.
+    """
+    return torch.sign(numeric) * torch.log1p(numeric.abs())
+
+
 class ResidualBlock(nn.Module):
     """Pre-norm MLP block: x + W2·drop(GELU(W1·LN(x)))."""
 
@@ -82,7 +92,7 @@ class FraudModel(nn.Module):
         self.num_std.copy_(torch.where(std > 1e-6, std, torch.ones_like(std)))
 
     def forward(self, numeric: torch.Tensor, categorical: torch.Tensor) -> torch.Tensor:
-        x = (numeric - self.num_mean) / self.num_std
+        x = (squash(numeric) - self.num_mean) / self.num_std
         # Non-finite inputs (missing history) become 0 = the training mean, never NaN logits.
         x = torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0).clamp(-20.0, 20.0)
         parts = [x]

@@ -7,6 +7,10 @@ from pathlib import Path
 import click
 
 from pipeline.cli.context import cli_context
+from pipeline.config import ConfigError
+from pipeline.registry.config import load_registry_config
+from pipeline.registry.errors import RegistryError
+from pipeline.registry.tracking import register_run
 from pipeline.training.launch import TrainingJobFailed, default_run_dir, default_run_name, run_training
 from pipeline.training.progress import format_bytes
 
@@ -21,9 +25,11 @@ from pipeline.training.progress import format_bytes
               help="Times torchrun restarts the group after a worker dies (it resumes from the last checkpoint).")
 @click.option("--resume/--no-resume", default=True, show_default=True,
               help="Continue from the run's latest checkpoint, or refuse to touch an existing run.")
+@click.option("--register/--no-register", default=True, show_default=True,
+              help="Log the finished run to MLflow and register it as `challenger` (conf/<env>/registry.toml).")
 @click.pass_context
 def train(ctx: click.Context, nproc: int, run_name: str | None, dataset_root: Path | None,
-          max_restarts: int, resume: bool) -> None:
+          max_restarts: int, resume: bool, register: bool) -> None:
     """Train the fraud model with DistributedDataParallel (gloo on CPU, nccl on CUDA).
 
     Prints rank 0's live progress, then validation metrics, gradient bytes saved and where the
@@ -45,3 +51,16 @@ def train(ctx: click.Context, nproc: int, run_name: str | None, dataset_root: Pa
     click.echo(f"calibration: temperature {summary['temperature']:.3f}, ECE {summary['calibrated_ece']:.4f}")
     click.echo(f"checkpoints: {summary['checkpoint_dir']}  (best: {summary['checkpoint_dir']}/best)")
     click.echo(f"model: {summary['model_dir']}")
+    if register:
+        _register(cli_context(ctx).env, run_dir)
+
+
+def _register(env: str, run_dir: Path) -> None:
+    """Every finished run becomes a registered `challenger`; the gate (`fraudctl promote`) decides the rest."""
+    try:
+        config = load_registry_config(env)
+        version = register_run(run_dir, config)
+    except (RegistryError, ConfigError) as exc:
+        raise click.ClickException(f"training finished but registering it failed ({type(exc).__name__}: {exc}); "
+                                   f"fix that, then run `fraudctl register --run-dir {run_dir}`") from exc
+    click.echo(f"registered {config.model_name} v{version} as challenger; `fraudctl promote` gates it")

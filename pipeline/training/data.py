@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import torch
 
+from models.fraud_mlp import squash
 from pipeline.datasets.manifest import DatasetManifest, ManifestError, ShardInfo
 
 
@@ -222,7 +223,7 @@ def feature_moments(root: Path, manifest: DatasetManifest, rank: int, world: int
     moments = torch.zeros(3, len(manifest.numeric_features), dtype=torch.float64)
     for piece in plan_rank_pieces(root, manifest.shards_for("train"), rank, world):
         table = read_piece(piece, list(manifest.numeric_features))
-        x = torch.from_numpy(numeric_array(table, manifest.numeric_features)).double()
+        x = squash(torch.from_numpy(numeric_array(table, manifest.numeric_features)).double())
         finite = torch.isfinite(x)
         x = torch.where(finite, x, torch.zeros_like(x))
         moments += torch.stack([finite.sum(0).double(), x.sum(0), (x * x).sum(0)])

@@ -17,6 +17,7 @@ from models.fraud_mlp import (
     frame_to_tensors,
     load_model,
     save_model,
+    squash,
 )
 
 CONFIG = FraudModelConfig(("amount", "velocity"), {"mcc": 6, "country": 3}, embedding_dim=3, hidden_dim=16,
@@ -50,8 +51,17 @@ def test_normalisation_is_applied_inside_and_constant_columns_are_safe():
     reference = FraudModel(CONFIG).eval()
     reference.load_state_dict(model.state_dict())
     reference.set_normalization(torch.zeros(2), torch.ones(2))
-    shifted = (x - torch.tensor([10.0, -1.0])) / torch.tensor([2.0, 1.0])
-    torch.testing.assert_close(model(x, c), reference(shifted, c))
+    shifted = (squash(x) - torch.tensor([10.0, -1.0])) / torch.tensor([2.0, 1.0])
+    unsquashed = torch.sign(shifted) * torch.expm1(shifted.abs())  # squash(unsquashed) == shifted
+    torch.testing.assert_close(model(x, c), reference(unsquashed, c))
+
+
+def test_squash_is_a_monotone_odd_signed_log():
+    x = torch.tensor([-1e6, -(torch.e - 1), -0.5, 0.0, 0.5, torch.e - 1, 1e6], dtype=torch.float64)
+    y = squash(x)
+    assert torch.all(y[1:] > y[:-1])
+    torch.testing.assert_close(y, -squash(-x))
+    torch.testing.assert_close(y[[1, 3, 5]], torch.tensor([-1.0, 0.0, 1.0], dtype=torch.float64))
 
 
 def test_temperature_scales_probabilities():

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
+from pipeline.config import PROJECT_ROOT
 from pipeline.training.config import derive_train_config, write_train_toml
 from pipeline.training.synthetic import SyntheticSpec, write_synthetic_dataset
 
@@ -37,6 +39,8 @@ def train_config_dict(overrides: dict[str, dict[str, Any]] | None = None) -> dic
 
 
 def write_conf_dir(directory: Path, overrides: dict[str, dict[str, Any]] | None = None) -> Path:
-    """A conf directory (for $FRAUD_CONF_DIR) whose train.toml is the tiny config plus ``overrides``."""
+    """A conf directory (for $FRAUD_CONF_DIR) whose train.toml is the tiny config plus ``overrides``;
+    registry.toml is conf/dev's (``fraudctl train`` registers finished runs)."""
     write_train_toml(train_config_dict(overrides), directory / "train.toml")
+    shutil.copy(PROJECT_ROOT / "conf" / "dev" / "registry.toml", directory / "registry.toml")
     return directory
