@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -44,3 +45,15 @@ def kafka_config(kafka_broker: EmbeddedBroker, request: pytest.FixtureRequest) -
     )
     kafka_broker.create_topics(config.topics(), config.partitions)
     return config
+
+
+@pytest.fixture(autouse=True)
+def _isolate_mlflow_uri() -> Iterator[None]:
+    """``mlflow.set_tracking_uri`` exports $MLFLOW_TRACKING_URI; without this, a test's store would leak
+    into the subprocesses (fraudctl, torchrun) of every later test."""
+    saved = os.environ.get("MLFLOW_TRACKING_URI")
+    yield
+    if saved is None:
+        os.environ.pop("MLFLOW_TRACKING_URI", None)
+    else:
+        os.environ["MLFLOW_TRACKING_URI"] = saved

@@ -72,11 +72,21 @@ def bf16_hook(state: CommState, bucket: dist.GradBucket) -> torch.futures.Future
 
 
 def _param_views(bucket: dist.GradBucket) -> list[tuple[torch.nn.Parameter, torch.Tensor, int]]:
-    """(parameter, flat gradient view, offset in the bucket buffer) of every parameter in the bucket."""
+    """(parameter, its slice of the bucket buffer, offset of that slice) for every parameter in the bucket.
+
+    DDP lays a bucket out as its parameters' gradients back to back, in ``parameters()`` order. The
+    slices are taken from the buffer itself: right after a (re)start, before DDP rebuilds its buckets,
+    ``bucket.gradients()`` need not live inside the buffer, so pointer arithmetic on them gave
+    out-of-range indices on a resumed run.
+    """
     buffer = bucket.buffer()
-    base, size = buffer.data_ptr(), buffer.element_size()
-    return [(p, g.reshape(-1), (g.data_ptr() - base) // size)
-            for p, g in zip(bucket.parameters(), bucket.gradients(), strict=True)]
+    views, offset = [], 0
+    for p in bucket.parameters():
+        views.append((p, buffer[offset:offset + p.numel()], offset))
+        offset += p.numel()
+    if offset != buffer.numel():
+        raise RuntimeError(f"DDP bucket layout changed: parameters hold {offset} values, buffer {buffer.numel()}")
+    return views
 
 
 def topk_hook(state: CommState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:

@@ -124,8 +124,10 @@ def test_exported_best_checkpoint_is_the_run_model(reference, tmp_path):
 def test_worker_sigkill_restarts_resumes_and_ends_bit_identical(reference, workdir, tiny_dataset):
     conf = write_conf_dir(workdir / "conf-kill", {**JOB, **KILL})
     run_dir = workdir / "elastic"
-    summary = run_training(None, run_dir, tiny_dataset, nproc=2, max_restarts=1, config_path=conf / "train.toml",
-                           capture_output=True)
+    # Spare restarts: gloo's re-rendezvous after a kill can itself fail transiently on a loaded host
+    # ("connectFullMesh ... connection refused"); absorbing that is what elastic restarts are for.
+    summary = run_training(None, run_dir, tiny_dataset, nproc=2, max_restarts=3, config_path=conf / "train.toml",
+                           capture_output=True, timeout_s=300)
     assert "fault injection: SIGKILL at step 7" in summary["output"]
     assert "resumed from" in summary["output"] and "step-00000004" in summary["output"]
     assert summary["status"] == "completed" and summary["global_step"] == TOTAL_STEPS
