@@ -18,8 +18,8 @@ from pipeline.kafka.producer import dumps_event
 from pipeline.kafka.settings import KafkaConfig
 
 
-def _broken(base: dict[str, Any], n: int) -> list[tuple[RejectReason | None, bytes]]:
-    """``(expected reason or None for a duplicate, raw value)`` for ``n`` records made from ``base``."""
+def _broken(base: dict[str, Any]) -> list[tuple[RejectReason | None, bytes]]:
+    """Every kind of bad record the demo makes from ``base``: ``(expected reason or None for a duplicate, raw value)``."""
     def variant(suffix: str, **changes: Any) -> dict[str, Any]:
         return {**base, "transaction_id": f"{base['transaction_id']}-{suffix}", **changes}
 
@@ -35,7 +35,7 @@ def _broken(base: dict[str, Any], n: int) -> list[tuple[RejectReason | None, byt
         (RejectReason.WRONG_TYPE, dumps_event(variant("type", amount=str(base["amount"]))).encode()),
         (RejectReason.MALFORMED_JSON, b"\xff\xfe not utf-8"),
     ]
-    return [catalogue[i % len(catalogue)] for i in range(n)]
+    return catalogue
 
 
 def dirty_transactions(transactions: pd.DataFrame, n: int) -> list[tuple[RejectReason | None, bytes, bytes]]:
@@ -49,7 +49,8 @@ def dirty_transactions(transactions: pd.DataFrame, n: int) -> list[tuple[RejectR
     for i in range(n):
         row = recent.iloc[i % len(recent)]
         base = {k: v for k, v in row.to_dict().items() if v is not None and v == v}  # v == v: not NaN
-        reason, value = _broken(base, i + 1)[i]
+        catalogue = _broken(base)
+        reason, value = catalogue[i % len(catalogue)]
         out.append((reason, str(base["card_id"]).encode(), value))
     return out
 
