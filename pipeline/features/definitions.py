@@ -1,7 +1,8 @@
 """The one definition of the model's features: names, windows, categorical codes, version.
 
-Every consumer imports from here: the Spark transforms that compute the columns, the dataset
-builder that writes them, the trainer (via the dataset manifest) and the scorer. Changing what a
+Every consumer imports from here: the kernel that computes the columns (:mod:`pipeline.features.kernel`,
+run by Spark offline and by the scorer online), the dataset builder that writes them, the trainer (via
+the dataset manifest) and the scorer. Changing what a
 feature means, or adding/removing one, must bump :data:`FEATURE_VERSION`.
 
 Point-in-time rule (all windowed features): the features of a transaction at time ``t`` use only
@@ -18,12 +19,13 @@ from __future__ import annotations
 
 import zlib
 
-FEATURE_VERSION = 1
+FEATURE_VERSION = 2  # 2: velocity, amount z-score, card x merchant / country familiarity
 
 DAY_SECONDS = 86_400
 LOOKBACK_DAYS = 30  # longest window: a feature date needs this much raw history before it
 CARD_WINDOWS_DAYS = (1, 7, 30)
 MERCHANT_WINDOWS_DAYS = (1, 7, 30)
+VELOCITY_WINDOW_SECONDS = 3600  # card_tx_count_1h: bursts (card testing) happen within minutes
 NIGHT_END_HOUR = 6  # is_night: 00:00 <= UTC time < 06:00
 # Fill for card_seconds_since_prev when the card has no transaction in the look-back.
 NO_PREVIOUS_SECONDS = float(LOOKBACK_DAYS * DAY_SECONDS)
@@ -54,6 +56,12 @@ def merchant_fraud_rate(days: int) -> str:
 CARD_SECONDS_SINCE_PREV = "card_seconds_since_prev"
 CARD_AMOUNT_TO_MEAN_30D = "card_amount_to_mean_30d"
 CARD_DISTINCT_MERCHANTS_1D = "card_distinct_merchants_1d"
+CARD_TX_COUNT_1H = "card_tx_count_1h"
+# (amount - 30-day mean) / 30-day std of the card's earlier amounts; 0 without two earlier payments.
+CARD_AMOUNT_ZSCORE_30D = "card_amount_zscore_30d"
+# Earlier payments of this card at this merchant / in this country within 30 days (0 = new to the card).
+CARD_MERCHANT_TX_COUNT_30D = "card_merchant_tx_count_30d"
+CARD_COUNTRY_TX_COUNT_30D = "card_country_tx_count_30d"
 TIME_FEATURES = ("hour", "weekday", "is_night", "is_weekend")  # UTC; weekday 0 = Monday
 
 NUMERIC_FEATURES: tuple[str, ...] = (
@@ -62,6 +70,10 @@ NUMERIC_FEATURES: tuple[str, ...] = (
     CARD_SECONDS_SINCE_PREV,
     CARD_AMOUNT_TO_MEAN_30D,
     CARD_DISTINCT_MERCHANTS_1D,
+    CARD_TX_COUNT_1H,
+    CARD_AMOUNT_ZSCORE_30D,
+    CARD_MERCHANT_TX_COUNT_30D,
+    CARD_COUNTRY_TX_COUNT_30D,
     *(merchant_count(d) for d in MERCHANT_WINDOWS_DAYS),
     *(merchant_fraud_rate(d) for d in MERCHANT_WINDOWS_DAYS),
     *TIME_FEATURES,
@@ -79,8 +91,7 @@ FEATURE_COLUMNS: tuple[str, ...] = NUMERIC_FEATURES + tuple(CATEGORICAL_FEATURES
 def categorical_code(value: str | None, buckets: int) -> int:
     """Code of a raw categorical value: 0 for None/"", else ``1 + crc32(utf8) mod (buckets - 1)``.
 
-    CRC-32 (IEEE) is what Spark's ``crc32`` computes too, so the Spark transform and any Python
-    scorer agree bit for bit (tested).
+    A hash, not a vocabulary: a value first seen in production gets the code it would get in training.
     """
     if not value:
         return 0

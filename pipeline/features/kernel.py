@@ -1,0 +1,297 @@
+"""The one computation of the model's features: numpy arrays of time-ordered events in, feature columns out.
+
+Both paths call these functions: Spark applies them to hash-partitioned, key-sorted partitions
+(:mod:`pipeline.features.spark_kernel`), the scoring service to one key's in-memory history
+(:mod:`pipeline.features.online`). Same function, same integer arithmetic: the two agree bit for bit.
+
+Semantics (see :mod:`pipeline.features.definitions`): the features of an event at ``t`` use the
+key's events with time in ``[t - window, t)``; same-instant events do not see each other; sums of
+amounts run over integer cents so nothing depends on the order rows arrive in.
+
+How: event times are replaced by their rank among all distinct times of the call, and each event
+gets the position ``segment * width + rank`` on one monotone int64 axis (``segment`` = dense code of
+its key, or of its (key, merchant) pair). Every window bound is then one ``np.searchsorted`` and every
+windowed sum a difference of prefix sums: O(n log n) for any number of keys, no per-key Python loop.
+
+Inputs are *history* (the events windows look back over; sorted by ``key`` then ``ts_us``) and
+*queries* (the events whose features are wanted, any order, keys coded like the history's). Offline
+the queries are the history itself; online the history is one card's or merchant's recent events and
+the query is the new payment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeline.features import definitions as fd
+
+US_PER_SECOND = 1_000_000
+US_PER_DAY = fd.DAY_SECONDS * US_PER_SECOND
+# Cents are clamped to 2^31 - 1 before sums ($21.4M: beyond any card payment) so a squared amount
+# fits in 62 bits and squares can be split into two exact 31-bit prefix-summable halves.
+MAX_CENTS = 2**31 - 1
+_SQ_SPLIT = 31
+_SQ_LOW_MASK = (1 << _SQ_SPLIT) - 1
+_NO_NEXT = np.iinfo(np.int64).max
+
+
+@dataclass(frozen=True)
+class CardEvents:
+    """Payments of one or more cards. ``key``: dense card code; ``merchant``/``country``: integer codes
+    (any consistent coding of the raw ids within one call); ``amount``: as sent; ``cents``: :func:`to_cents`."""
+
+    key: np.ndarray
+    ts_us: np.ndarray
+    amount: np.ndarray
+    merchant: np.ndarray
+    country: np.ndarray
+
+    @property
+    def cents(self) -> np.ndarray:
+        return to_cents(self.amount)
+
+    def __len__(self) -> int:
+        return len(self.ts_us)
+
+
+@dataclass(frozen=True)
+class KeyedTimes:
+    """Event times per key (dense codes); sorted by ``(key, ts_us)`` when used as history."""
+
+    key: np.ndarray
+    ts_us: np.ndarray
+
+
+def to_cents(amount: np.ndarray) -> np.ndarray:
+    """Amount -> integer cents, rounded half up, clamped to ``[0, MAX_CENTS]`` (NaN -> 0)."""
+    clipped = np.clip(np.nan_to_num(np.asarray(amount, dtype=np.float64), nan=0.0), 0.0, MAX_CENTS / 100)
+    return np.floor(clipped * 100 + 0.5).astype(np.int64)
+
+
+class _Axis:
+    """Events on one monotone int64 line: ``segment * stride + offset(time)``.
+
+    ``offset`` is the time itself (minus the earliest) when every segment fits, else the time's rank
+    among ``times`` (which must then hold every history and query time): either way comparisons of
+    positions within a segment are exactly comparisons of times, and a bound up to ``max_window``
+    before a segment's first time never reaches the previous segment.
+    """
+
+    def __init__(self, times: np.ndarray, segments: int, max_window_us: int) -> None:
+        self.origin = int(times.min()) if len(times) else 0
+        span = int(times.max()) - self.origin if len(times) else 0
+        self.stride = span + max_window_us + 1
+        self.ranks = None
+        if max(segments, 1) * self.stride >= 2**62:  # rare: ranks keep any number of segments exact
+            ordered = np.sort(times)
+            self.ranks = ordered[np.concatenate([[True], ordered[1:] != ordered[:-1]])]
+            self.stride = len(self.ranks) + 1
+
+    def _offset(self, ts: np.ndarray, side: str) -> np.ndarray:
+        if self.ranks is None:
+            return ts - self.origin
+        return np.searchsorted(self.ranks, ts, side=side) - (1 if side == "right" else 0)
+
+    def at(self, segment: np.ndarray, ts: np.ndarray) -> np.ndarray:
+        """Position of events (their times are among ``times``)."""
+        return segment * self.stride + self._offset(ts, "left")
+
+    def bound(self, segment: np.ndarray, ts: np.ndarray) -> np.ndarray:
+        """``event position >= bound`` <=> same segment and ``event time >= ts``."""
+        return segment * self.stride + self._offset(ts, "left")
+
+    def after(self, segment: np.ndarray, ts: np.ndarray) -> np.ndarray:
+        """``p < at(segment, t)`` <=> ``ts < t``, for any ``ts`` and a ``t`` among ``times``."""
+        return segment * self.stride + self._offset(ts, "right")
+
+
+def _prefix(values: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(values) + 1, dtype=np.int64)
+    np.cumsum(values, out=out[1:])
+    return out
+
+
+def _window_start(axis: _Axis, history_pos: np.ndarray, segment: np.ndarray, ts: np.ndarray,
+                  window_us: int) -> np.ndarray:
+    return np.searchsorted(history_pos, axis.bound(segment, ts - window_us), side="left")
+
+
+def _segments(key: np.ndarray) -> int:
+    return int(key.max()) + 1 if len(key) else 1
+
+
+class _PairIndex:
+    """The history ordered by (key, value, time), with a dense code per (key, value) pair.
+
+    ``value`` codes must be non-negative integers (merchant or country codes).
+    """
+
+    def __init__(self, h: CardEvents, value: np.ndarray, query_key: np.ndarray, query_value: np.ndarray) -> None:
+        self.radix = int(max(value.max(initial=0), query_value.max(initial=0))) + 1
+        combined = h.key * self.radix + value
+        # Stable: the history is sorted by (key, time), so equal pairs stay in time order.
+        self.order = np.argsort(combined, kind="stable")
+        self.sorted_pairs = combined[self.order]
+        change = np.empty(len(combined), dtype=bool)
+        change[:1] = True
+        np.not_equal(self.sorted_pairs[1:], self.sorted_pairs[:-1], out=change[1:])
+        self.sorted_code = np.cumsum(change) - 1
+        self.count = int(self.sorted_code[-1]) + 1 if len(combined) else 0
+        self.query_pairs = query_key * self.radix + query_value
+
+    def query_codes(self) -> np.ndarray:
+        """Code of each query's pair, -1 where the history has no event of that pair."""
+        if not len(self.sorted_pairs):
+            return np.full(len(self.query_pairs), -1, dtype=np.int64)
+        found = np.minimum(np.searchsorted(self.sorted_pairs, self.query_pairs), len(self.sorted_pairs) - 1)
+        return np.where(self.sorted_pairs[found] == self.query_pairs, self.sorted_code[found], -1)
+
+
+def _sorted_segment_window_counts(code: np.ndarray, ts: np.ndarray, window_us: int) -> np.ndarray:
+    """Events of the same segment in ``[t - w, t)`` for each event of arrays sorted by (code, ts).
+
+    Segments are laid on one axis in chunks small enough that ``code * stride`` cannot overflow; the
+    window bound of each event is then its own position minus ``w`` (sorted needles: fast).
+    """
+    out = np.empty(len(ts), dtype=np.int64)
+    if not len(ts):
+        return out
+    origin = int(ts.min())
+    stride = int(ts.max()) - origin + window_us + 1
+    per_chunk = max(2**62 // stride, 1)
+    edges = np.searchsorted(code, np.arange(0, int(code[-1]) + per_chunk + 1, per_chunk))
+    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+        if lo == hi:
+            continue
+        pos = (code[lo:hi] - code[lo]) * stride + (ts[lo:hi] - origin)
+        out[lo:hi] = np.searchsorted(pos, pos, side="left") - np.searchsorted(pos, pos - window_us, side="left")
+    return out
+
+
+def _pair_window_count(h: CardEvents, q: CardEvents, h_value: np.ndarray, q_value: np.ndarray,
+                       times: np.ndarray, window_us: int) -> np.ndarray:
+    """Per query: history events of the same key with the same ``value`` in ``[t - w, t)``."""
+    pairs = _PairIndex(h, h_value, q.key, q_value)
+    ts_sorted = h.ts_us[pairs.order]
+    if q is h:  # offline: every event is a query; work in pair order and scatter back
+        counts = np.empty(len(h), dtype=np.int64)
+        counts[pairs.order] = _sorted_segment_window_counts(pairs.sorted_code, ts_sorted, window_us)
+        return counts.astype(np.float64)
+    axis = _Axis(times, pairs.count, window_us)
+    pos = axis.at(pairs.sorted_code, ts_sorted)
+    code = pairs.query_codes()
+    seg = np.maximum(code, 0)
+    end = np.searchsorted(pos, axis.bound(seg, q.ts_us), side="left")
+    start = np.searchsorted(pos, axis.bound(seg, q.ts_us - window_us), side="left")
+    return np.where(code >= 0, end - start, 0).astype(np.float64)
+
+
+def _distinct_in_window(h: CardEvents, axis: _Axis, history_pos: np.ndarray, query_pos: np.ndarray,
+                        window_us: int) -> np.ndarray:
+    """Distinct merchants among the key's events in ``[t - w, t)``.
+
+    Event ``j`` stands for its merchant at query times ``t`` with ``ts_j < t <= min(ts_j + w, next_j)``
+    (``next_j``: the next event of the same key and merchant): exactly one event per merchant present
+    in the window. So the count is #{ts_j < t} - #{expiry_j < t}, two searchsorted calls.
+    """
+    pairs = _PairIndex(h, h.merchant, h.key[:0], h.merchant[:0])
+    order = pairs.order
+    next_ts = np.full(len(h), _NO_NEXT, dtype=np.int64)
+    same = pairs.sorted_code[1:] == pairs.sorted_code[:-1]
+    next_ts[order[:-1][same]] = h.ts_us[order[1:][same]]
+    expires = np.minimum(h.ts_us + window_us, next_ts)
+    expiry_pos = np.sort(axis.after(h.key, expires))
+    started = np.searchsorted(history_pos, query_pos, side="left")
+    expired = np.searchsorted(expiry_pos, query_pos, side="left")
+    return (started - expired).astype(np.float64)
+
+
+def card_features(history: CardEvents, queries: CardEvents) -> dict[str, np.ndarray]:
+    """Card window features of each query from the history (see the module docstring)."""
+    h, q = history, queries
+    times = h.ts_us if q is h else np.concatenate([h.ts_us, q.ts_us])
+    lookback = fd.LOOKBACK_DAYS * US_PER_DAY
+    axis = _Axis(times, _segments(h.key), lookback)
+    h_pos = axis.at(h.key, h.ts_us)
+    q_pos = axis.at(q.key, q.ts_us)
+    end = np.searchsorted(h_pos, q_pos, side="left")  # first event at or after the query instant
+    cents = h.cents
+    squares = cents * cents
+    sum_cents = _prefix(cents)
+    sum_sq_high, sum_sq_low = _prefix(squares >> _SQ_SPLIT), _prefix(squares & _SQ_LOW_MASK)
+    out: dict[str, np.ndarray] = {}
+    for days in fd.CARD_WINDOWS_DAYS:
+        start = _window_start(axis, h_pos, q.key, q.ts_us, days * US_PER_DAY)
+        n = (end - start).astype(np.float64)
+        total = (sum_cents[end] - sum_cents[start]).astype(np.float64)
+        total_sq = ((sum_sq_high[end] - sum_sq_high[start]).astype(np.float64) * float(1 << _SQ_SPLIT)
+                    + (sum_sq_low[end] - sum_sq_low[start]).astype(np.float64))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            mean = np.where(n > 0, total / n / 100, 0.0)
+            variance = (total_sq - total * total / n) / (n - 1)
+            std = np.where(n > 1, np.sqrt(np.maximum(variance, 0.0)) / 100, 0.0)
+        out[fd.card_count(days)], out[fd.card_mean(days)], out[fd.card_std(days)] = n, mean, std
+    start_1h = _window_start(axis, h_pos, q.key, q.ts_us, fd.VELOCITY_WINDOW_SECONDS * US_PER_SECOND)
+    out[fd.CARD_TX_COUNT_1H] = (end - start_1h).astype(np.float64)
+    start_lookback = _window_start(axis, h_pos, q.key, q.ts_us, lookback)
+    has_previous = end > start_lookback
+    previous = h.ts_us[np.maximum(end - 1, 0)] if len(h) else np.zeros(len(q), dtype=np.int64)
+    out[fd.CARD_SECONDS_SINCE_PREV] = np.where(
+        has_previous, (q.ts_us - previous).astype(np.float64) / US_PER_SECOND, fd.NO_PREVIOUS_SECONDS)
+    mean30, std30 = out[fd.card_mean(30)], out[fd.card_std(30)]
+    amount = np.asarray(q.amount, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out[fd.CARD_AMOUNT_TO_MEAN_30D] = np.where(mean30 > 0, amount / mean30, fd.NO_HISTORY_AMOUNT_RATIO)
+        out[fd.CARD_AMOUNT_ZSCORE_30D] = np.where(std30 > 0, (amount - mean30) / std30, 0.0)
+    out[fd.CARD_DISTINCT_MERCHANTS_1D] = _distinct_in_window(h, axis, h_pos, q_pos, US_PER_DAY)
+    out[fd.CARD_MERCHANT_TX_COUNT_30D] = _pair_window_count(h, q, h.merchant, q.merchant, times, lookback)
+    out[fd.CARD_COUNTRY_TX_COUNT_30D] = _pair_window_count(h, q, h.country, q.country, times, lookback)
+    return out
+
+
+def merchant_features(transactions: KeyedTimes, fraud_known: KeyedTimes, queries: KeyedTimes) -> dict[str, np.ndarray]:
+    """Merchant transaction counts and known-fraud rates over 1, 7, 30 days.
+
+    ``fraud_known``: per merchant, the instants frauds became usable (report time + label delay),
+    sorted by ``(key, ts_us)``. Rate = known frauds in ``[t - w, t)`` / payments in ``[t - w, t)``
+    (at least 1), capped at 1.
+    """
+    tx, fraud, q = transactions, fraud_known, queries
+    times = np.concatenate([tx.ts_us, fraud.ts_us] + ([] if q is tx else [q.ts_us]))
+    segments = max(_segments(tx.key), _segments(fraud.key), _segments(q.key))
+    axis = _Axis(times, segments, max(fd.MERCHANT_WINDOWS_DAYS) * US_PER_DAY)
+    tx_pos, fraud_pos = axis.at(tx.key, tx.ts_us), axis.at(fraud.key, fraud.ts_us)
+    q_now = axis.bound(q.key, q.ts_us)
+    tx_end = np.searchsorted(tx_pos, q_now, side="left")
+    fraud_end = np.searchsorted(fraud_pos, q_now, side="left")
+    out: dict[str, np.ndarray] = {}
+    for days in fd.MERCHANT_WINDOWS_DAYS:
+        q_start = axis.bound(q.key, q.ts_us - days * US_PER_DAY)
+        count = tx_end - np.searchsorted(tx_pos, q_start, side="left")
+        frauds = fraud_end - np.searchsorted(fraud_pos, q_start, side="left")
+        out[fd.merchant_count(days)] = count.astype(np.float64)
+        out[fd.merchant_fraud_rate(days)] = np.minimum(frauds / np.maximum(count, 1), 1.0)
+    return out
+
+
+def time_features(ts_us: np.ndarray) -> dict[str, np.ndarray]:
+    """UTC hour, weekday (0 = Monday), night and weekend flags, as float64."""
+    hour = np.floor_divide(ts_us, 3600 * US_PER_SECOND) % 24
+    weekday = (np.floor_divide(ts_us, US_PER_DAY) + 3) % 7  # 1970-01-01 was a Thursday
+    return {"hour": hour.astype(np.float64), "weekday": weekday.astype(np.float64),
+            "is_night": (hour < fd.NIGHT_END_HOUR).astype(np.float64),
+            "is_weekend": (weekday >= 5).astype(np.float64)}
+
+
+def categorical_codes(raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Hashed codes (:func:`definitions.categorical_code`) of the raw fields, one hash per distinct value."""
+    out = {}
+    for column, buckets in fd.CATEGORICAL_FEATURES.items():
+        values = np.asarray(raw[fd.CATEGORICAL_SOURCES[column]], dtype=object)
+        uniques, inverse = np.unique(np.where(values == None, "", values).astype(str),  # noqa: E711
+                                     return_inverse=True)
+        codes = np.fromiter((fd.categorical_code(u, buckets) for u in uniques), dtype=np.int32, count=len(uniques))
+        out[column] = codes[inverse.reshape(-1)] if len(values) else np.zeros(0, dtype=np.int32)
+    return out

@@ -1,0 +1,152 @@
+"""The feature kernel against a brute-force reading of the definitions, on hand-made and random events."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from pipeline.features import definitions as fd
+from pipeline.features.kernel import (
+    US_PER_DAY,
+    US_PER_SECOND,
+    CardEvents,
+    KeyedTimes,
+    card_features,
+    merchant_features,
+    time_features,
+    to_cents,
+)
+
+H = 3600 * US_PER_SECOND
+T0 = 1_768_003_200 * US_PER_SECOND  # 2026-01-10T00:00:00Z, a Saturday
+
+
+def events(rows) -> CardEvents:
+    """rows: (key, ts_us, amount, merchant, country), sorted here by (key, ts)."""
+    rows = sorted(rows, key=lambda r: (r[0], r[1]))
+    cols = list(zip(*rows, strict=True)) if rows else [(), (), (), (), ()]
+    return CardEvents(key=np.array(cols[0], dtype=np.int64), ts_us=np.array(cols[1], dtype=np.int64),
+                      amount=np.array(cols[2], dtype=np.float64), merchant=np.array(cols[3], dtype=np.int64),
+                      country=np.array(cols[4], dtype=np.int64))
+
+
+def brute_card(rows, query) -> dict[str, float]:
+    """The definitions read literally: loop over the history for one query."""
+    key, t, amount, merchant, country = query
+
+    def window(seconds):
+        return [r for r in rows if r[0] == key and t - seconds * US_PER_SECOND <= r[1] < t]
+
+    out = {}
+    for days in fd.CARD_WINDOWS_DAYS:
+        cents = [int(math.floor(min(r[2], (2**31 - 1) / 100) * 100 + 0.5)) for r in window(days * 86400)]
+        n = len(cents)
+        out[fd.card_count(days)] = float(n)
+        out[fd.card_mean(days)] = sum(cents) / n / 100 if n else 0.0
+        if n > 1:
+            mean = sum(cents) / n
+            out[fd.card_std(days)] = math.sqrt(sum((c - mean) ** 2 for c in cents) / (n - 1)) / 100
+        else:
+            out[fd.card_std(days)] = 0.0
+    out[fd.CARD_TX_COUNT_1H] = float(len(window(3600)))
+    month = window(30 * 86400)
+    out[fd.CARD_SECONDS_SINCE_PREV] = (t - max(r[1] for r in month)) / US_PER_SECOND if month else fd.NO_PREVIOUS_SECONDS
+    mean30, std30 = out[fd.card_mean(30)], out[fd.card_std(30)]
+    out[fd.CARD_AMOUNT_TO_MEAN_30D] = amount / mean30 if mean30 > 0 else 1.0
+    out[fd.CARD_AMOUNT_ZSCORE_30D] = (amount - mean30) / std30 if std30 > 0 else 0.0
+    out[fd.CARD_DISTINCT_MERCHANTS_1D] = float(len({r[3] for r in window(86400)}))
+    out[fd.CARD_MERCHANT_TX_COUNT_30D] = float(sum(r[3] == merchant for r in month))
+    out[fd.CARD_COUNTRY_TX_COUNT_30D] = float(sum(r[4] == country for r in month))
+    return out
+
+
+def random_rows(rng, n, keys, span_days, merchants=6, countries=3):
+    # Times on a coarse grid so that ties (same card, same instant) and exact window edges are common.
+    grid = rng.integers(0, span_days * 24 * 4, size=n) * (US_PER_DAY // 96)
+    amounts = np.round(rng.choice([0.0, 0.01, 5.0, 19.99, 250.0, 1e7, 3e9], size=n) * rng.random(n), 2)
+    return [(int(rng.integers(keys)), T0 + int(g), float(a), int(rng.integers(merchants)), int(rng.integers(countries)))
+            for g, a in zip(grid, amounts, strict=True)]
+
+
+def test_hand_made_card_history():
+    rows = [(0, T0, 10.0, 1, 7), (0, T0 + H, 20.0, 2, 7), (0, T0 + H, 30.0, 3, 8), (0, T0 + 25 * H, 40.0, 1, 7),
+            (1, T0 + 2 * H, 999.0, 1, 7)]
+    h = events(rows)
+    f = card_features(h, h)
+    d = 3  # sorted order: key 0 rows by time, then key 1
+    # 1 day before T0+25h is [T0+1h, T0+25h): the two T0+1h payments (20, 30), not the one at T0.
+    assert (f[fd.card_count(1)][d], f[fd.card_mean(1)][d]) == (2.0, 25.0)
+    assert f[fd.card_std(1)][d] == pytest.approx(math.sqrt(50.0), rel=1e-12)
+    assert (f[fd.card_count(7)][d], f[fd.card_mean(7)][d], f[fd.card_std(7)][d]) == (3.0, 20.0, 10.0)
+    assert f[fd.CARD_SECONDS_SINCE_PREV][d] == 24 * 3600.0
+    assert f[fd.CARD_DISTINCT_MERCHANTS_1D][d] == 2.0
+    assert f[fd.CARD_MERCHANT_TX_COUNT_30D][d] == 1.0  # merchant 1 once before (at T0)
+    assert f[fd.CARD_COUNTRY_TX_COUNT_30D][d] == 2.0  # country 7: T0 and the 20.0 payment
+    assert f[fd.CARD_AMOUNT_ZSCORE_30D][d] == pytest.approx((40 - 20) / 10)
+    # Same-instant payments do not see each other.
+    assert f[fd.card_count(1)][1] == f[fd.card_count(1)][2] == 1.0
+    assert f[fd.CARD_TX_COUNT_1H][1] == 1.0  # [t - 1h, t) is closed at t - 1h = T0
+    assert f[fd.CARD_TX_COUNT_1H][3] == 0.0
+    first = 0
+    assert f[fd.CARD_SECONDS_SINCE_PREV][first] == fd.NO_PREVIOUS_SECONDS
+    assert f[fd.CARD_AMOUNT_TO_MEAN_30D][first] == fd.NO_HISTORY_AMOUNT_RATIO
+    assert f[fd.card_count(30)][4] == 0.0  # another card's payments are not this card's history
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_card_features_match_the_definitions_on_random_events(seed):
+    rng = np.random.default_rng(seed)
+    rows = random_rows(rng, 300, keys=7, span_days=40)
+    h = events(rows)
+    got = card_features(h, h)
+    for i, row in enumerate(sorted(rows, key=lambda r: (r[0], r[1]))):
+        want = brute_card(rows, row)
+        for name, value in want.items():
+            assert got[name][i] == pytest.approx(value, rel=1e-9, abs=1e-9), (name, i)
+
+
+def test_queries_outside_the_history_see_the_same_windows_as_rows_inside_it():
+    """The online form: one new payment queried against a card's history gives the offline row."""
+    rng = np.random.default_rng(5)
+    rows = [r for r in random_rows(rng, 200, keys=1, span_days=35)]
+    full = events(rows)
+    offline = card_features(full, full)
+    order = sorted(range(len(rows)), key=lambda i: (rows[i][0], rows[i][1]))
+    for j in rng.choice(len(rows), 20, replace=False):
+        query_row = sorted(rows, key=lambda r: (r[0], r[1]))[j]
+        history = events([r for k, r in enumerate(sorted(rows, key=lambda r: (r[0], r[1]))) if k != j])
+        online = card_features(history, events([query_row]))
+        for name in offline:
+            assert online[name][0] == offline[name][j], name  # bit-identical, not approximately
+    assert len(order) == len(rows)
+
+
+def test_zero_and_huge_amounts_stay_finite():
+    h = events([(0, T0, 0.0, 1, 1), (0, T0 + H, 0.0, 1, 1), (0, T0 + 2 * H, 1e300, 2, 1), (0, T0 + 3 * H, 5.0, 3, 1)])
+    f = card_features(h, h)
+    for values in f.values():
+        assert np.isfinite(values).all()
+    assert f[fd.CARD_AMOUNT_TO_MEAN_30D][2] == fd.NO_HISTORY_AMOUNT_RATIO  # earlier amounts all zero: mean 0
+    assert to_cents(np.array([1e300]))[0] == 2**31 - 1
+
+
+def test_merchant_counts_and_label_delayed_fraud_rates():
+    tx = KeyedTimes(np.array([0, 0, 0, 0]), np.array([T0 + 10 * H, T0 + 34 * H, T0 + 58 * H, T0 + 60 * H]))
+    # A's fraud became known at T0+57h (before C, after B); B's exactly at E's time (not before it).
+    fraud = KeyedTimes(np.array([0, 0]), np.array([T0 + 57 * H, T0 + 60 * H]))
+    f = merchant_features(tx, fraud, tx)
+    assert f[fd.merchant_fraud_rate(7)][1] == 0.0
+    assert (f[fd.merchant_count(1)][2], f[fd.merchant_fraud_rate(1)][2]) == (1.0, 1.0)
+    assert (f[fd.merchant_count(1)][3], f[fd.merchant_count(7)][3]) == (1.0, 3.0)
+    assert f[fd.merchant_fraud_rate(7)][3] == pytest.approx(1 / 3)
+    assert f[fd.merchant_fraud_rate(30)][0] == 0.0  # nothing before the first payment: rate 0, not NaN
+
+
+def test_time_features_are_utc():
+    f = time_features(np.array([T0, T0 + 7 * H, T0 + 2 * US_PER_DAY + 23 * H]))
+    assert f["weekday"].tolist() == [5.0, 5.0, 0.0]  # Saturday, Saturday, Monday
+    assert f["hour"].tolist() == [0.0, 7.0, 23.0]
+    assert f["is_night"].tolist() == [1.0, 0.0, 0.0]
+    assert f["is_weekend"].tolist() == [1.0, 1.0, 0.0]
