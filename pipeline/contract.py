@@ -34,13 +34,14 @@ class Kind(enum.StrEnum):
 class RejectReason(enum.StrEnum):
     """Named reasons a record is rejected; stored in quarantine tables and reject files."""
 
-    MALFORMED_JSON = "malformed_json"  # not UTF-8 or not parseable JSON
+    MALFORMED_JSON = "malformed_json"  # not UTF-8, not parseable JSON, or a field holding a lone surrogate (\ud800)
     NOT_AN_OBJECT = "not_an_object"  # valid JSON but not a {...} object
     MISSING_FIELD = "missing_field"
     WRONG_TYPE = "wrong_type"
     UNKNOWN_SCHEMA_VERSION = "unknown_schema_version"
     EMPTY_ID = "empty_id"  # transaction_id / card_id / merchant_id is ""
-    NON_POSITIVE_AMOUNT = "non_positive_amount"
+    # Zero is a real amount (card verification, card-testing probes); only a negative one is refused.
+    NEGATIVE_AMOUNT = "negative_amount"
     NON_FINITE_AMOUNT = "non_finite_amount"  # NaN / Infinity (json.loads accepts them)
     BAD_CURRENCY = "bad_currency"
     BAD_TIME = "bad_time"  # not RFC 3339 with an explicit offset
@@ -190,9 +191,21 @@ def _check_type(spec: FieldSpec, value: Any) -> Rejection | None:
         "bool": isinstance(value, bool),
         "number": isinstance(value, int | float) and not isinstance(value, bool),
     }[spec.json_type]
-    if ok:
-        return None
-    return Rejection(RejectReason.WRONG_TYPE, spec.name, f"expected {spec.json_type}, got {type(value).__name__}")
+    if not ok:
+        return Rejection(RejectReason.WRONG_TYPE, spec.name, f"expected {spec.json_type}, got {type(value).__name__}")
+    if isinstance(value, str) and not _is_unicode(value):
+        # json.loads turns the escape "\ud800" into a lone surrogate: no UTF-8 encoding exists, so the
+        # field could be neither stored nor compared. The record is as broken as one with non-UTF-8 bytes.
+        return Rejection(RejectReason.MALFORMED_JSON, spec.name, "a \\u escape decodes to a lone surrogate, not text")
+    return None
+
+
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _check_value(spec: FieldSpec, value: Any) -> Rejection | None:
@@ -207,8 +220,8 @@ def _check_value(spec: FieldSpec, value: Any) -> Rejection | None:
     if spec.check == "amount":
         if not _is_finite(value):
             return Rejection(RejectReason.NON_FINITE_AMOUNT, spec.name, f"amount is {value}")
-        if value <= 0:
-            return Rejection(RejectReason.NON_POSITIVE_AMOUNT, spec.name, f"amount {value} is not > 0")
+        if value < 0:  # -0.0 is not below 0: accepted, like 0
+            return Rejection(RejectReason.NEGATIVE_AMOUNT, spec.name, f"amount {value} is below 0")
     if spec.check == "currency" and not CURRENCY_RE.match(value):
         return Rejection(RejectReason.BAD_CURRENCY, spec.name, f"{value!r} is not an ISO 4217 code")
     if spec.check == "mcc" and not MCC_RE.match(value):

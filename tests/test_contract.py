@@ -59,6 +59,19 @@ def test_valid_transaction_and_label_pass_and_keep_unknown_fields():
     assert rejection is None and record["is_fraud"] is True
 
 
+@pytest.mark.parametrize("amount", [b"0", b"0.0", b"-0.0", b"-0", b"0e5", b"0.01"])
+def test_zero_amounts_are_valid(amount):
+    # Card verifications and card-testing probes are real zero-amount authorisations.
+    raw = _tx(amount=12.5).replace('"amount": 12.5', '"amount": ' + amount.decode())
+    record, rejection = validate_event(raw.encode(), Kind.TRANSACTION)
+    assert rejection is None and record["amount"] == float(amount)
+
+
+def test_lone_surrogates_outside_the_contract_fields_are_kept():
+    record, rejection = validate_event(_tx(note="\udc00"), Kind.TRANSACTION)
+    assert rejection is None and record["note"] == "\udc00"
+
+
 def test_optional_fields_may_be_absent_or_null():
     raw = _tx(mcc=_DROP, channel=None, country=_DROP, device_id=_DROP)
     assert validate_event(raw, Kind.TRANSACTION)[1] is None
@@ -78,9 +91,12 @@ def test_optional_fields_may_be_absent_or_null():
         (_tx(amount="12.00"), RejectReason.WRONG_TYPE, "amount"),
         (_tx(amount=True), RejectReason.WRONG_TYPE, "amount"),
         (_tx(card_id=123), RejectReason.WRONG_TYPE, "card_id"),
+        (_tx(device_id="\ud800"), RejectReason.MALFORMED_JSON, "device_id"),  # escape of a lone surrogate
+        (_tx(event_time="2026-03-01T12:00:00\udfffZ"), RejectReason.MALFORMED_JSON, "event_time"),
         (_tx(transaction_id="  "), RejectReason.EMPTY_ID, "transaction_id"),
-        (_tx(amount=0), RejectReason.NON_POSITIVE_AMOUNT, "amount"),
-        (_tx(amount=-3.2), RejectReason.NON_POSITIVE_AMOUNT, "amount"),
+        (_tx(amount=-3.2), RejectReason.NEGATIVE_AMOUNT, "amount"),
+        (_tx(amount=-0.01), RejectReason.NEGATIVE_AMOUNT, "amount"),
+        (_tx(amount=-(10**30)), RejectReason.NEGATIVE_AMOUNT, "amount"),
         (_tx(amount=float("nan")), RejectReason.NON_FINITE_AMOUNT, "amount"),
         (_tx(amount=float("inf")), RejectReason.NON_FINITE_AMOUNT, "amount"),
         (_tx(amount=10**400), RejectReason.NON_FINITE_AMOUNT, "amount"),

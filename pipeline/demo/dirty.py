@@ -26,7 +26,7 @@ def _broken(base: dict[str, Any]) -> list[tuple[RejectReason | None, bytes]]:
     catalogue: list[tuple[RejectReason | None, bytes]] = [
         (None, dumps_event(base).encode()),  # a producer retry: same record again
         (RejectReason.MALFORMED_JSON, dumps_event(base).encode()[:-7]),  # truncated message
-        (RejectReason.NON_POSITIVE_AMOUNT, dumps_event(variant("neg", amount=-abs(base["amount"]))).encode()),
+        (RejectReason.NEGATIVE_AMOUNT, dumps_event(variant("neg", amount=-abs(base["amount"]))).encode()),
         (RejectReason.NON_FINITE_AMOUNT, json.dumps(variant("nan", amount=float("nan"))).encode()),
         (RejectReason.UNKNOWN_SCHEMA_VERSION, dumps_event(variant("v2", schema_version=2)).encode()),
         (RejectReason.BAD_CURRENCY, dumps_event(variant("cur", currency="euro")).encode()),

@@ -2,13 +2,18 @@
 
 ``read = valid + quarantined + duplicates`` per topic is checked here before anything is
 committed, and the figures go into the run manifest (``<raw>/_runs/<run_id>.json``).
+
+``orphan_labels`` is not a fourth bucket but a count *among the valid labels*: labels whose
+transaction is neither in the raw store nor landed by this run (see :mod:`pipeline.ingest.orphans`).
+They are kept, since their transaction may still come, so they stay inside ``valid``, and the raw
+store holds exactly ``valid`` rows.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from pipeline.contract import RejectReason
+from pipeline.contract import Kind, RejectReason
 from pipeline.ingest.offsets import OffsetPlan
 
 
@@ -29,6 +34,7 @@ class TopicAccounting:
     offset_span: int  # sum of end - start over the planned ranges (== read on topics without gaps)
     ranges: dict[str, list[int]] = field(default_factory=dict)  # partition -> [start, end)
     lost: dict[str, int] = field(default_factory=dict)  # partition -> records skipped (allow_data_loss)
+    orphan_labels: int = 0  # among ``valid`` (labels only): no transaction for them in the raw store yet
 
     @property
     def quarantined_total(self) -> int:
@@ -55,9 +61,10 @@ def merge_summaries(chunks) -> tuple[dict[int, int], dict[str | None, int], dict
 
 
 def account(plan: OffsetPlan, kind: str, read_by_partition: dict[int, int], outcomes: dict[str | None, int],
-            duplicates: int) -> TopicAccounting:
+            duplicates: int, orphan_labels: int = 0) -> TopicAccounting:
     """Checked accounting of one topic. ``outcomes`` are counted before duplicates were marked;
-    ``duplicates`` (distinct Kafka positions, all among the accepted records) move from valid."""
+    ``duplicates`` (distinct Kafka positions, all among the accepted records) move from valid;
+    ``orphan_labels`` are counted among what stays valid."""
     unknown = set(outcomes) - {None} - {r.value for r in RejectReason}
     if unknown:
         raise AccountingError(f"{plan.topic}: unknown outcome(s) {sorted(unknown)}")
@@ -67,6 +74,9 @@ def account(plan: OffsetPlan, kind: str, read_by_partition: dict[int, int], outc
     accepted = outcomes.get(None, 0)
     if duplicates > accepted:
         raise AccountingError(f"{plan.topic}: {duplicates} duplicates among only {accepted} accepted records")
+    if orphan_labels and (kind != Kind.LABEL.value or orphan_labels > accepted - duplicates):
+        raise AccountingError(f"{plan.topic}: {orphan_labels} orphan labels among {accepted - duplicates} "
+                              f"valid {kind}s: only kept labels can be orphans")
     spans = {r.partition: r.count for r in plan.ranges}
     over = {p: n for p, n in read_by_partition.items() if n > spans.get(p, 0)}
     if over:
@@ -76,7 +86,7 @@ def account(plan: OffsetPlan, kind: str, read_by_partition: dict[int, int], outc
         topic=plan.topic, kind=kind, read=read, valid=accepted - duplicates, duplicates=duplicates,
         quarantined={r: n for r, n in sorted(outcomes.items(), key=lambda kv: str(kv[0])) if r is not None},
         offset_span=plan.records, ranges={str(r.partition): [r.start, r.end] for r in plan.ranges},
-        lost={str(p): n for p, n in plan.lost.items()},
+        lost={str(p): n for p, n in plan.lost.items()}, orphan_labels=orphan_labels,
     )
 
 

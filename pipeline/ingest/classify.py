@@ -17,12 +17,12 @@ from pyspark.sql import DataFrame
 from pipeline.contract import FIELDS_BY_KIND, Kind
 from pipeline.ingest.kafka_source import RECORD_SCHEMA, BatchTransform
 from pipeline.ingest.timing import ReadState, TimingRules, screen_timing
-from pipeline.ingest.validate import FIELD, REASON, ROUTED, SPARK_TYPES, validate_values
+from pipeline.ingest.validate import DETAIL, FIELD, REASON, ROUTED, SPARK_TYPES, validate_values
 
 
 def verdict_columns(kind: Kind, diagnostics: bool = False) -> list[tuple[str, str]]:
     """(name, Spark type) of the columns classification appends to the record columns."""
-    columns = [(REASON, "string"), (FIELD, "string")]
+    columns = [(REASON, "string"), (FIELD, "string"), (DETAIL, "string")]
     columns += [(s.name, SPARK_TYPES[s.json_type]) for s in FIELDS_BY_KIND[kind]]
     return columns + ([(ROUTED, "boolean")] if diagnostics else [])
 

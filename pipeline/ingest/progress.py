@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from rich.console import Console
 from rich.table import Table
 
+from pipeline.contract import Kind
+
 
 @dataclass(frozen=True)
 class StageRecord:
@@ -56,12 +58,15 @@ def summary_tables(report) -> list[Table]:
     """Rich tables for an :class:`pipeline.ingest.job.IngestReport`: accounting, then the dataset."""
     tables = []
     if report.accounting:
-        t = Table(title=f"Ingest run {report.run_id}: records per topic")
-        for col in ("topic", "read", "valid", "quarantined", "duplicates", "by reason"):
+        t = Table(title=f"Ingest run {report.run_id}: records per topic "
+                        f"(read = valid + quarantined + duplicates; orphan labels are among valid)")
+        for col in ("topic", "read", "valid", "quarantined", "duplicates", "by reason", "orphan labels"):
             t.add_column(col, justify="left" if col in ("topic", "by reason") else "right")
         for a in report.accounting:
             reasons = ", ".join(f"{r}={n}" for r, n in a.quarantined.items()) or "-"
-            t.add_row(a.topic, str(a.read), str(a.valid), str(a.quarantined_total), str(a.duplicates), reasons)
+            orphans = str(a.orphan_labels) if a.kind == Kind.LABEL.value else "-"
+            t.add_row(a.topic, str(a.read), str(a.valid), str(a.quarantined_total), str(a.duplicates), reasons,
+                      orphans)
         tables.append(t)
     if report.dataset:
         d = report.dataset

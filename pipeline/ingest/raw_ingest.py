@@ -1,11 +1,12 @@
 """Kafka -> raw store for one run: plan offsets, land (read, validate, screen, write), drop
-duplicates, check the accounting, commit.
+duplicates, count orphan labels, check the accounting, commit.
 
 Order of effects (what makes a SIGKILL at any point safe):
 1. discard files of runs that never committed;
 2. plan ``[committed, end)`` per partition, end taken once from ``pipeline.kafka.admin.end_offsets``;
-3. per topic: the Kafka read tasks write accepted and refused records under this run's id
-   (invisible so far); duplicates then move from the run's raw files to its quarantine;
+3. per topic, transactions first: the Kafka read tasks write accepted and refused records under
+   this run's id (invisible so far); duplicates then move from the run's raw files to its
+   quarantine; labels whose transaction is in neither the store nor this run are counted;
 4. check that the files hold exactly what was accounted, write the run manifest;
 5. commit: one atomic replace of the offset file adds the run id, offsets and watermarks.
 """
@@ -30,9 +31,10 @@ from pipeline.ingest.duplicates import IDENTITY_BY_KIND, find_duplicates, read_n
 from pipeline.ingest.kafka_source import read_kafka
 from pipeline.ingest.landing import ChunkSummary, landing_transform, parse_summaries
 from pipeline.ingest.offsets import OffsetPlan, plan_offset_ranges
+from pipeline.ingest.orphans import count_orphan_labels
 from pipeline.ingest.progress import Progress
 from pipeline.ingest.raw_store import RawStore
-from pipeline.ingest.timing import TimingRules
+from pipeline.ingest.timing import LATENESS_SCREENED, TimingRules
 from pipeline.kafka.admin import end_offsets
 from pipeline.kafka.settings import KafkaConfig
 
@@ -64,9 +66,10 @@ def plan_run(store: RawStore, kafka: KafkaConfig, allow_data_loss: bool) -> dict
 def land_topic(spark: SparkSession, store: RawStore, config: IngestConfig, kafka: KafkaConfig, plan: OffsetPlan,
                kind: Kind, run_id: str, run_started: datetime, allow_data_loss: bool) -> list[ChunkSummary]:
     """Read, validate, screen and write one topic's planned ranges (in the read tasks)."""
+    # Unscreened kinds start from no watermark, so they report none and commit none.
+    watermarks = store.committed().watermarks.get(plan.topic, {}) if kind in LATENESS_SCREENED else {}
     rules = TimingRules(config.raw.max_lateness_days, config.raw.max_clock_skew_s,
-                        int(run_started.timestamp() * 1_000_000),
-                        store.committed().watermarks.get(plan.topic, {}))
+                        int(run_started.timestamp() * 1_000_000), watermarks)
     transform = landing_transform(kind, rules, run_id, store.root)
     landed = read_kafka(spark, kafka, list(plan.ranges), config.source, allow_data_loss, transform)
     return parse_summaries(landed.collect())
@@ -84,10 +87,18 @@ def drop_duplicates(store: RawStore, kind: Kind, run_id: str) -> int:
     return moved
 
 
+def count_orphans(store: RawStore, run_id: str) -> int:
+    """This run's kept labels whose transaction is neither committed nor landed by this run
+    (call after this run's transactions and labels are landed and deduplicated)."""
+    transactions = store.committed_files(Kind.TRANSACTION) + store.run_files(run_id, Kind.TRANSACTION)[0]
+    return count_orphan_labels(store.run_files(run_id, Kind.LABEL)[0], transactions)
+
+
 def ingest_topic(spark: SparkSession, store: RawStore, config: IngestConfig, kafka: KafkaConfig,
                  plan: OffsetPlan, kind: Kind, run_id: str, run_started: datetime, allow_data_loss: bool,
                  progress: Progress) -> LandedTopic:
-    """Land one topic's planned ranges under ``run_id``, drop duplicates, check the accounting."""
+    """Land one topic's planned ranges under ``run_id``, drop duplicates, count orphan labels,
+    check the accounting. Labels need this run's transactions landed first."""
     if plan.records == 0:  # nothing new: skip the Spark jobs, account zeros
         return LandedTopic(account(plan, kind.value, {}, {}, 0), {})
     with progress.stage(f"{kind.value}s: read + validate + land") as counts:
@@ -97,9 +108,12 @@ def ingest_topic(spark: SparkSession, store: RawStore, config: IngestConfig, kaf
                       quarantined=sum(n for r, n in outcomes.items() if r is not None))
     with progress.stage(f"{kind.value}s: duplicates + check") as counts:
         duplicates = drop_duplicates(store, kind, run_id)
-        accounting = account(plan, kind.value, read, outcomes, duplicates)
+        orphans = count_orphans(store, run_id) if kind is Kind.LABEL else 0
+        accounting = account(plan, kind.value, read, outcomes, duplicates, orphans)
         verify_landed(accounting, *store.count_run_rows(run_id, kind))
         counts.update(duplicates=duplicates, valid=accounting.valid)
+        if kind is Kind.LABEL:
+            counts["orphan_labels"] = orphans
     return LandedTopic(accounting, watermarks)
 
 
@@ -122,9 +136,10 @@ def land_and_commit(spark: SparkSession, store: RawStore, config: IngestConfig, 
                     progress: Progress) -> IngestResult:
     """Steps 3-5: land every planned range under ``run_id``, then commit. Call with the store locked."""
     run_started = datetime.now(UTC)
-    landed = {kind: ingest_topic(spark, store, config, kafka, plan, kind, run_id, run_started, allow_data_loss,
-                                 progress)
-              for kind, plan in plans.items()}
+    # Transactions before labels: counting orphan labels looks at this run's landed transactions.
+    landed = {kind: ingest_topic(spark, store, config, kafka, plans[kind], kind, run_id, run_started,
+                                 allow_data_loss, progress)
+              for kind in (Kind.TRANSACTION, Kind.LABEL)}
     accounting = tuple(t.accounting for t in landed.values())
     with progress.stage("commit") as counts:
         manifest = store.write_run_manifest(run_id, {

@@ -48,7 +48,7 @@ from pyspark.sql.types import (
 )
 
 from pipeline.contract import FIELDS_BY_KIND, Kind, RejectReason
-from pipeline.ingest.validate import FIELD, REASON, SPARK_TYPES
+from pipeline.ingest.validate import DETAIL, FIELD, REASON, SPARK_TYPES
 
 TABLE_BY_KIND = {Kind.TRANSACTION: "transactions", Kind.LABEL: "labels"}
 DATE_COLUMN_BY_KIND = {Kind.TRANSACTION: "event_date", Kind.LABEL: "report_date"}
@@ -75,7 +75,7 @@ def _file_columns(kind: Kind) -> list[tuple[str, str]]:
 
 _QUARANTINE_COLUMNS = [("kind", "string"), ("topic", "string"), ("partition", "int"), ("offset", "long"),
                        ("kafka_timestamp", "timestamp"), ("key", "binary"), ("value", "binary"),
-                       (REASON, "string"), (FIELD, "string")]
+                       (REASON, "string"), (FIELD, "string"), (DETAIL, "string")]
 
 
 def raw_arrow_schema(kind: Kind) -> pa.Schema:
@@ -215,7 +215,8 @@ class RawStore:
     def _as_quarantine(rows: pa.Table, kind: Kind, identity_field: str) -> pa.Table:
         n = rows.num_rows
         columns = {"kind": pa.repeat(kind.value, n), "value": rows[PAYLOAD].cast(pa.binary()), REASON: pa.repeat(RejectReason.DUPLICATE.value, n),
-                   FIELD: pa.repeat(identity_field, n)}
+                   FIELD: pa.repeat(identity_field, n),
+                   DETAIL: pa.repeat("an earlier copy of this event is in the raw store or this run", n)}
         schema = quarantine_arrow_schema()
         return pa.table([columns[f.name] if f.name in columns else rows[f.name] for f in schema], schema=schema)
 

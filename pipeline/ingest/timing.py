@@ -5,12 +5,15 @@ records that passed contract validation:
 
 * future: the event time is more than ``max_clock_skew_s`` ahead of the record's Kafka timestamp
   (when the producer created it or the broker appended it; the run's start when Kafka has none);
-* late: the event time is more than ``max_lateness_days`` behind the partition's watermark, the
-  latest event time among accepted records at earlier offsets of the same topic partition (this
-  run's, and those committed by earlier runs). That is stream-processing lateness: ordinary
-  out-of-order delivery is tolerated, and neither the producer's timestamps nor the date a
-  backfill runs matter, so replaying history is not "late". Future events are refused first,
-  so one far-future timestamp cannot drag the watermark ahead.
+* late, transactions only: the event time is more than ``max_lateness_days`` behind the
+  partition's watermark, the latest event time among accepted records at earlier offsets of the
+  same topic partition (this run's, and those committed by earlier runs). That is
+  stream-processing lateness: ordinary out-of-order delivery is tolerated, and neither the
+  producer's timestamps nor the date a backfill runs matter, so replaying history is not "late".
+  Future events are refused first, so one far-future timestamp cannot drag the watermark ahead.
+
+Labels are never late (:data:`LATENESS_SCREENED`): a chargeback is valid whenever it arrives, and
+refusing one would turn a fraud into a genuine training example. They get no watermark.
 
 The watermark needs records in offset order per partition: :func:`screen_timing` is applied to
 the batches of one Kafka read task, in order (both Kafka sources read a partition range in
@@ -25,10 +28,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.contract import TIME_FIELD_BY_KIND, Kind, RejectReason
-from pipeline.ingest.validate import FIELD, REASON
+from pipeline.ingest.validate import DETAIL, FIELD, REASON
 
 NO_WATERMARK = -(2**62)  # below any real time, and far from int64 overflow when subtracted from
 US_PER_DAY = 86_400 * 1_000_000
+# Kinds the lateness rule applies to. Labels are absent on purpose (see the module doc).
+LATENESS_SCREENED = frozenset({Kind.TRANSACTION})
 
 
 @dataclass(frozen=True)
@@ -65,11 +70,11 @@ class ReadState:
         return None if mark == NO_WATERMARK else mark
 
 
-def _reject(table: pa.Table, mask: pa.Array, reason: RejectReason, field_name: str) -> pa.Table:
-    reasons = pc.if_else(mask, reason.value, table[REASON].combine_chunks())
-    fields = pc.if_else(mask, field_name, table[FIELD].combine_chunks())
-    return table.set_column(table.schema.get_field_index(REASON), REASON, reasons) \
-                .set_column(table.schema.get_field_index(FIELD), FIELD, fields)
+def _reject(table: pa.Table, mask: pa.Array, reason: RejectReason, field_name: str, detail: str) -> pa.Table:
+    for column, value in ((REASON, reason.value), (FIELD, field_name), (DETAIL, detail)):
+        marked = pc.if_else(mask, value, table[column].combine_chunks())
+        table = table.set_column(table.schema.get_field_index(column), column, marked)
+    return table
 
 
 def _late_in_partition(times: pa.Array, accepted: pa.Array, offsets: pa.Array, partition: int,
@@ -89,8 +94,9 @@ def _late_in_partition(times: pa.Array, accepted: pa.Array, offsets: pa.Array, p
 
 
 def screen_timing(table: pa.Table, kind: Kind, rules: TimingRules, state: ReadState) -> pa.Table:
-    """Mark future and late records of one batch (columns: ``timestamp``, ``partition``,
-    ``offset``, ``reject_reason``, ``reject_field`` and the kind's time field)."""
+    """Mark future records, and late ones of the kinds in :data:`LATENESS_SCREENED`, in one batch
+    (columns: ``timestamp``, ``partition``, ``offset``, ``reject_reason``, ``reject_field``,
+    ``reject_detail`` and the kind's time field). Only screened kinds touch ``state``."""
     if table.num_rows == 0:
         return table
     name = TIME_FIELD_BY_KIND[kind]
@@ -99,7 +105,11 @@ def screen_timing(table: pa.Table, kind: Kind, rules: TimingRules, state: ReadSt
     accepted = pc.is_null(table[REASON].combine_chunks())
     # Rejected rows have no time (null): fill_null keeps comparisons with them False, never null.
     future = pc.and_(accepted, pc.fill_null(pc.greater(pc.subtract(times, kafka), rules.skew_us), False))
-    table = _reject(table, future, RejectReason.FUTURE_EVENT_TIME, name)
+    table = _reject(table, future, RejectReason.FUTURE_EVENT_TIME, name,
+                    f"{name} is more than {rules.max_clock_skew_s:g} s ahead of the record's Kafka timestamp "
+                    f"(of the run's start when the record has none)")
+    if kind not in LATENESS_SCREENED:
+        return table
     accepted = pc.and_(accepted, pc.invert(future))
     partitions = table["partition"].combine_chunks()
     offsets = table["offset"].combine_chunks()
@@ -109,4 +119,6 @@ def screen_timing(table: pa.Table, kind: Kind, rules: TimingRules, state: ReadSt
         late = _late_in_partition(times.take(idx), accepted.take(idx), offsets.take(idx), p, rules, state)
         late_positions.append(idx.filter(late))
     late_mask = pc.is_in(pa.array(range(table.num_rows), pa.uint64()), pa.concat_arrays(late_positions))
-    return _reject(table, late_mask, RejectReason.LATE_EVENT, name)
+    return _reject(table, late_mask, RejectReason.LATE_EVENT, name,
+                   f"{name} is more than {rules.max_lateness_days:g} days behind its partition's watermark "
+                   f"(the latest accepted {name} at earlier offsets)")

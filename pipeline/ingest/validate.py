@@ -8,10 +8,11 @@
    wrong JSON type, a duplicate key, a NaN in an int field... fails the block, which is then
    bisected). Parsed rows are then checked with vectorised, deliberately *stricter* versions of the
    contract's rules (the contract's own currency/MCC/country regexes, a canonical
-   ``YYYY-MM-DDTHH:MM:SS[.f]Z`` time that must round-trip, ASCII-visible ids, finite positive
-   amounts). The fast path only ever *accepts*.
+   ``YYYY-MM-DDTHH:MM:SS[.f]Z`` time that must round-trip, ASCII-visible ids, finite amounts
+   ``>= 0``). A block that is not entirely valid UTF-8 fails too: Arrow's reader does not check
+   the bytes of fields it ignores. The fast path only ever *accepts*.
 2. Exact path: every record the fast path did not accept goes through ``validate_event`` itself,
-   which decides valid or rejected and names the reason and field.
+   which decides valid or rejected and names the reason, field and detail.
 
 So every rejection reason is the contract's by construction, and the fast path's soundness
 ("never accepts what the contract rejects") is what the tests check, on a corpus covering every
@@ -41,6 +42,7 @@ from pipeline.contract import (
 
 REASON = "reject_reason"  # RejectReason value, null when the record is valid
 FIELD = "reject_field"  # contract field at fault, when there is one
+DETAIL = "reject_detail"  # the Rejection's human-readable detail (the quarantine keeps it)
 ROUTED = "decided_by_contract"  # diagnostic: the per-record validate_event path decided this row
 
 PARSE_TYPES = {"int": pa.int64(), "string": pa.string(), "timestamp": pa.string(), "number": pa.float64(),
@@ -69,7 +71,7 @@ _check_contract_supported()
 
 def output_schema(kind: Kind) -> pa.Schema:
     """Arrow schema of :func:`validate_values`' result."""
-    return pa.schema([(REASON, pa.string()), (FIELD, pa.string()), (ROUTED, pa.bool_())]
+    return pa.schema([(REASON, pa.string()), (FIELD, pa.string()), (DETAIL, pa.string()), (ROUTED, pa.bool_())]
                      + [(s.name, OUTPUT_TYPES[s.json_type]) for s in FIELDS_BY_KIND[kind]])
 
 
@@ -90,6 +92,7 @@ def _read_lines(values: pa.Array, kind: Kind) -> pa.Table | None:
     """Parse ``values`` (one-line objects) as newline-delimited JSON; None unless one row each."""
     joined = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, len(values)], pa.int32()), values), b"\n")
     try:
+        values.cast(pa.string())  # raises on bytes that are not UTF-8 (see the module doc)
         table = pj.read_json(pa.BufferReader(joined[0].as_buffer()), read_options=pj.ReadOptions(use_threads=False),
                              parse_options=_parse_options(kind))
     except (pa.ArrowException, ValueError):
@@ -132,7 +135,7 @@ def _value_ok(spec: FieldSpec, col: pa.Array) -> pa.Array:
     if spec.check == "id":
         return pc.match_substring_regex(col, "[!-~]")  # a visible ASCII character: surely not blank
     if spec.check == "amount":
-        return pc.and_kleene(pc.is_finite(col), pc.greater(col, 0))
+        return pc.and_kleene(pc.is_finite(col), pc.greater_equal(col, 0))  # -0.0 >= 0, as in Python
     if spec.check in _REGEX_BY_CHECK:
         # RE2 (ASCII classes, '$' only at the very end) is stricter than Python's re here.
         return pc.match_substring_regex(col, _REGEX_BY_CHECK[spec.check].pattern)
@@ -164,6 +167,7 @@ def _exact_rows(values: Sequence[bytes | None], kind: Kind) -> pa.Table:
         record, rejection = validate_event(raw if raw is not None else b"", kind)
         cols[REASON].append(rejection.reason.value if rejection else None)
         cols[FIELD].append(rejection.field if rejection else None)
+        cols[DETAIL].append(rejection.detail if rejection else None)
         cols[ROUTED].append(True)
         for spec in FIELDS_BY_KIND[kind]:
             value = record.get(spec.name) if record is not None else None
@@ -176,8 +180,8 @@ def _exact_rows(values: Sequence[bytes | None], kind: Kind) -> pa.Table:
 
 
 def validate_values(values: pa.Array, kind: Kind) -> pa.Table:
-    """Verdict per value (same order): ``reject_reason``, ``reject_field``, ``decided_by_contract``
-    and the typed contract fields (null unless valid)."""
+    """Verdict per value (same order): ``reject_reason``, ``reject_field``, ``reject_detail``,
+    ``decided_by_contract`` and the typed contract fields (null unless valid)."""
     values = values.cast(pa.binary())
     n = len(values)
     candidates = pc.indices_nonzero(one_line_objects(values))
@@ -193,8 +197,9 @@ def validate_values(values: pa.Array, kind: Kind) -> pa.Table:
     if len(accepted):
         typed = pa.concat_tables(fast_tables).combine_chunks()
         m = len(accepted)
-        parts.append(pa.table({REASON: pa.nulls(m, pa.string()), FIELD: pa.nulls(m, pa.string()),
-                               ROUTED: pa.repeat(False, m), **{name: typed[name] for name in typed.column_names}},
+        verdict = {REASON: pa.nulls(m, pa.string()), FIELD: pa.nulls(m, pa.string()),
+                   DETAIL: pa.nulls(m, pa.string()), ROUTED: pa.repeat(False, m)}
+        parts.append(pa.table({**verdict, **{name: typed[name] for name in typed.column_names}},
                               schema=output_schema(kind)))
     merged = pa.concat_tables(parts)
     order = pc.sort_indices(pa.concat_arrays([slow_pos.cast(pa.uint64()), accepted.cast(pa.uint64())]))

@@ -27,9 +27,17 @@ TX_CORPUS: list[bytes] = [
     tx(), tx(mcc=..., channel=..., country=..., device_id=...), tx(amount=7), tx(extra={"nested": [1, 2]}),
     tx(event_time="2024-03-01 12:00:00+02:00"), tx(event_time="2024-03-01t12:00:00.123456789z"),
     tx(mcc=None, country=None),  # JSON null on optional fields = absent
+    # zero amounts (card verification, card testing) are valid; 1e-400 reads as 0.0
+    tx(amount=0), tx(amount=0.0), tx(amount=-0.0), tx().replace(b'"amount": 12.5', b'"amount": -0'),
+    tx(amount=1e-400), tx().replace(b'"amount": 12.5', b'"amount": -0e3'),
+    tx(note="\udc00"),  # a lone surrogate outside the contract's fields is kept, like any extra field
     # MALFORMED_JSON
     b"{not json", b"", b"\xff\xfe{}", '\ufeff{"a":1}'.encode(), tx()[:-1], tx() + b" trailing", tx() + tx(),
     b'{"amount": 1,}', b'{"a":"x\ty"}',
+    # ... not UTF-8 inside an otherwise valid object: in an extra field and in contract fields
+    tx()[:-1] + b', "note": "\xff\xfe"}', tx().replace(b'"d-1"', b'"d-\xc3"'), tx().replace(b'"EUR"', b'"E\x80R"'),
+    # ... a \u escape of a lone surrogate in a contract field
+    tx(device_id="\ud800"), tx(card_id="c\udfff"),
     # NOT_AN_OBJECT
     b"[1, 2]", b'"string"', b"42", b"null", b"[1] x",
     # MISSING_FIELD
@@ -42,8 +50,8 @@ TX_CORPUS: list[bytes] = [
     tx(schema_version=2), tx(schema_version=0), tx(schema_version=-1),
     # EMPTY_ID
     tx(transaction_id=""), tx(card_id="   "), tx(merchant_id="\u00a0\t"),
-    # NON_POSITIVE_AMOUNT / NON_FINITE_AMOUNT
-    tx(amount=0), tx(amount=-3.2), tx(amount=1e-400),
+    # NEGATIVE_AMOUNT / NON_FINITE_AMOUNT
+    tx(amount=-3.2), tx(amount=-0.01), tx(amount=-5e-324),
     tx().replace(b'"amount": 12.5', b'"amount": NaN'), tx().replace(b'"amount": 12.5', b'"amount": -Infinity'),
     tx().replace(b'"amount": 12.5', b'"amount": 1e400'),
     # BAD_CURRENCY / BAD_MCC / BAD_COUNTRY
@@ -66,6 +74,8 @@ LABEL_CORPUS: list[bytes] = [
     label(), label(is_fraud=False, source=...), label(is_fraud="true"), label(is_fraud=1), label(is_fraud=...),
     label(reported_at="2024-03-05"), label(transaction_id=""), label(schema_version=3), label(source=5),
     label(reported_at=None), b"[]", b"{",
+    label()[:-1] + b', "note": "\xe2\x82"}', label().replace(b'"chargeback"', b'"charge\xffback"'),
+    label(source="\ud83d"), label(note="\ud83d"),
 ]
 
 

@@ -41,3 +41,22 @@ def test_files_must_hold_exactly_the_accounted_rows():
     verify_landed(a, raw_rows=7, quarantine_rows=3)
     with pytest.raises(AccountingError, match="expected 7 and 3"):
         verify_landed(a, raw_rows=8, quarantine_rows=3)
+
+
+LABELS = OffsetPlan("labels", (OffsetRange("labels", 0, 0, 20),))
+
+
+def test_orphan_labels_are_counted_among_the_valid_ones():
+    a = account(LABELS, "label", {0: 20}, {None: 18, "wrong_type": 2}, 3, orphan_labels=4)
+    # Orphans stay in the raw store: the identity holds without them, and the files hold `valid` rows.
+    assert (a.read, a.valid, a.quarantined_total, a.duplicates, a.orphan_labels) == (20, 15, 2, 3, 4)
+    assert a.read == a.valid + a.quarantined_total + a.duplicates
+    assert a.to_dict()["orphan_labels"] == 4
+    verify_landed(a, raw_rows=15, quarantine_rows=5)
+
+
+def test_orphans_beyond_the_kept_labels_or_on_transactions_are_refused():
+    with pytest.raises(AccountingError, match="16 orphan labels among 15 valid"):
+        account(LABELS, "label", {0: 20}, {None: 18, "wrong_type": 2}, 3, orphan_labels=16)
+    with pytest.raises(AccountingError, match="only kept labels can be orphans"):
+        account(PLAN, "transaction", {0: 10}, {None: 10}, 0, orphan_labels=1)

@@ -9,7 +9,7 @@ import pytest
 
 from pipeline.contract import Kind
 from pipeline.ingest.timing import ReadState, TimingRules, screen_timing
-from pipeline.ingest.validate import FIELD, REASON
+from pipeline.ingest.validate import DETAIL, FIELD, REASON
 
 DAY_US = 86_400 * 1_000_000
 
@@ -28,6 +28,7 @@ def batch(events: list[tuple], partition: int = 0, first_offset: int = 0) -> pa.
         "timestamp": pa.array([k for _, k in events], pa.int64()).cast(ts),
         REASON: pa.array([None if e is not None else "malformed_json" for e, _ in events], pa.string()),
         FIELD: pa.nulls(n, pa.string()),
+        DETAIL: pa.nulls(n, pa.string()),
         "event_time": pa.array([e for e, _ in events], pa.int64()).cast(ts),
     })
 
@@ -45,6 +46,8 @@ def test_event_ahead_of_its_kafka_timestamp_is_future():
                         Kind.TRANSACTION, RULES, ReadState({}))
     assert reasons(out) == [None, "future_event_time", None]  # no Kafka time: the run clock (March) judges
     assert out[FIELD].to_pylist()[1] == "event_time"
+    assert out[DETAIL].to_pylist() == [None, "event_time is more than 300 s ahead of the record's Kafka timestamp "
+                                             "(of the run's start when the record has none)", None]
 
 
 def test_late_means_behind_the_watermark_of_earlier_offsets():
@@ -53,6 +56,8 @@ def test_late_means_behind_the_watermark_of_earlier_offsets():
     out = screen_timing(batch(events), Kind.TRANSACTION, RULES, ReadState({}))
     # watermark before each row: -, t, t, t+3d, t+3d, t+3d -> t is 3 days behind the 4th row's watermark
     assert reasons(out) == [None, None, None, "late_event", None, "malformed_json"]
+    assert out[DETAIL].to_pylist()[3] == ("event_time is more than 2 days behind its partition's watermark "
+                                          "(the latest accepted event_time at earlier offsets)")
 
 
 def test_watermark_carries_across_batches_and_from_the_committed_state():
@@ -91,9 +96,24 @@ def test_offsets_going_backwards_are_refused():
         screen_timing(batch([(t, None)], first_offset=5), Kind.TRANSACTION, RULES, state)
 
 
-def test_labels_are_judged_by_their_report_time():
+def label_batch(events: list[tuple], first_offset: int = 0) -> pa.Table:
+    return batch(events, first_offset=first_offset).rename_columns(
+        ["partition", "offset", "timestamp", REASON, FIELD, DETAIL, "reported_at"])
+
+
+def test_labels_are_never_late():
+    # A chargeback weeks after newer reports on its partition (and behind a committed watermark) is
+    # still a valid label: dropping it would turn a fraud into a genuine training example.
     t = us("2026-01-10T00:00:00")
-    table = batch([(t, None), (t - 3 * DAY_US, None)]).rename_columns(
-        ["partition", "offset", "timestamp", REASON, FIELD, "reported_at"])
-    out = screen_timing(table, Kind.LABEL, RULES, ReadState({}))
-    assert reasons(out) == [None, "late_event"] and out[FIELD].to_pylist()[1] == "reported_at"
+    state = ReadState({0: t + 60 * DAY_US})
+    out = screen_timing(label_batch([(t, None), (t - 30 * DAY_US, None), (t - 400 * DAY_US, None)]),
+                        Kind.LABEL, RULES, state)
+    assert reasons(out) == [None, None, None]
+    assert state.watermarks == {0: t + 60 * DAY_US} and state.last_offsets == {}  # no watermark kept for labels
+
+
+def test_labels_reported_in_the_future_are_judged_by_their_report_time():
+    now = us("2026-01-10T12:00:00")
+    out = screen_timing(label_batch([(now, now), (now + 301_000_000, now)]), Kind.LABEL, RULES, ReadState({}))
+    assert reasons(out) == [None, "future_event_time"] and out[FIELD].to_pylist()[1] == "reported_at"
+    assert out[DETAIL].to_pylist()[1].startswith("reported_at is more than 300 s ahead")

@@ -11,7 +11,7 @@ import pytest
 
 from pipeline.contract import FIELDS_BY_KIND, Kind, parse_rfc3339, validate_event
 from pipeline.ingest.classify import classify_records
-from pipeline.ingest.validate import FIELD, REASON, ROUTED, validate_values
+from pipeline.ingest.validate import DETAIL, FIELD, REASON, ROUTED, validate_values
 from tests.ingest.corpus import GOOD_LABEL, GOOD_TX, LABEL_CORPUS, TX_CORPUS, python_reasons
 
 
@@ -31,19 +31,33 @@ def test_every_record_gets_the_contract_reason_alone(kind, corpus):
     assert [verdicts([v], kind)[0] for v in corpus] == python_reasons(corpus, kind)
 
 
+@pytest.mark.parametrize("kind,corpus", [(Kind.TRANSACTION, TX_CORPUS), (Kind.LABEL, LABEL_CORPUS)])
+def test_rejected_records_carry_the_contract_detail(kind, corpus):
+    out = validate_values(pa.array(corpus, pa.binary()), kind)
+    expected = [rejection.detail if rejection else None for _, rejection in (validate_event(v, kind) for v in corpus)]
+    assert out[DETAIL].to_pylist() == expected
+
+
 def test_fast_path_accepts_canonical_records_without_the_contract_loop():
-    records = [json.dumps({**GOOD_TX, "transaction_id": f"t-{i}", "amount": 1 + i}).encode() for i in range(500)]
+    # Amounts from 0 up: zero-amount authorisations (card verification) are ordinary traffic.
+    amounts = [0, -0.0, *range(2, 500)]
+    records = [json.dumps({**GOOD_TX, "transaction_id": f"t-{i}", "amount": a}).encode() for i, a in enumerate(amounts)]
     out = validate_values(pa.array(records, pa.binary()), Kind.TRANSACTION)
     assert out[REASON].null_count == 500
     assert not any(out[ROUTED].to_pylist())
-    assert out["amount"].to_pylist() == [float(1 + i) for i in range(500)]
+    assert out["amount"].to_pylist() == [float(a) for a in amounts]
 
 
-def test_one_bad_record_does_not_push_its_block_onto_the_slow_path():
+@pytest.mark.parametrize("bad,reason", [
+    (b"{broken", "malformed_json"),
+    (json.dumps(GOOD_TX).encode()[:-1] + b', "note": "\xff"}', "malformed_json"),  # not UTF-8, in an extra field
+    (json.dumps({**GOOD_TX, "amount": -0.5}).encode(), "negative_amount"),
+])
+def test_one_bad_record_does_not_push_its_block_onto_the_slow_path(bad, reason):
     records = [json.dumps({**GOOD_TX, "transaction_id": f"t-{i}"}).encode() for i in range(1000)]
-    records[437] = b"{broken"
+    records[437] = bad
     out = validate_values(pa.array(records, pa.binary()), Kind.TRANSACTION)
-    assert out[REASON].to_pylist()[437] == "malformed_json"
+    assert out[REASON].to_pylist()[437] == reason
     assert out[REASON].null_count == 999
     assert sum(out[ROUTED].to_pylist()) <= 16  # only the bisected block around it
 
@@ -60,13 +74,18 @@ def _mutations(rng: random.Random, base: dict, kind: Kind) -> bytes:
             obj[name] = rng.choice([None, "", " ", "EUR", "eur", "5411", "54110", "DE", "de", 0, -1, 1, 1.5, 2,
                                     True, "2026-02-30T00:00:00Z", "2026-01-05T10:00:00.1234567Z",
                                     "2026-01-05T10:00:00+05:00", "2026-01-05T10:00:00Z", "t-x", [1], {"a": 1},
-                                    "\u00a0", "٢٠٢٦-01-05T10:00:00Z", 1e308, float("inf")])
+                                    "\u00a0", "٢٠٢٦-01-05T10:00:00Z", 1e308, float("inf"), 0.0, -0.0, -1e-9,
+                                    "\ud800", "t-\udfff"])
     text = json.dumps(obj)
     if rng.random() < 0.1:
         text = text.replace('"amount"', '"amount": 1, "amount"', 1)  # duplicate key
     if rng.random() < 0.05:
         text = " " + text + "\n"
-    return text.encode()
+    raw = text.encode()
+    if rng.random() < 0.05:  # bytes that are not UTF-8, in a contract field or an extra one
+        raw = rng.choice([raw.replace(b'"EUR"', b'"E\xc3R"'), raw.replace(b'"t-1"', b'"t-\xff"'),
+                          raw[:-1] + b', "note": "\xe2\x82"}'])
+    return raw
 
 
 @pytest.mark.parametrize("kind,base", [(Kind.TRANSACTION, GOOD_TX), (Kind.LABEL, GOOD_LABEL)])
