@@ -15,6 +15,7 @@ are matched against after ``label_match_days``.
 from __future__ import annotations
 
 import bisect
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,7 +26,6 @@ from pipeline.features.kernel import (
     CardEvents,
     KeyedTimes,
     card_features,
-    categorical_codes,
     merchant_features,
     time_features,
 )
@@ -144,8 +144,9 @@ class OnlineFeatureState:
                                                  KeyedTimes(np.zeros(1, dtype=np.int64), ts))).items():
             out[name] = float(values[0])
         out["amount"] = float(p.amount)
-        codes = categorical_codes({"mcc": [p.mcc], "channel": [p.channel], "country": [p.country]})
-        out.update({name: int(values[0]) for name, values in codes.items()})
+        raw = {"mcc": p.mcc, "channel": p.channel, "country": p.country}
+        out.update({name: _code(raw[source], fd.CATEGORICAL_FEATURES[name])
+                     for name, source in fd.CATEGORICAL_SOURCES.items()})
         return {name: out[name] for name in fd.FEATURE_COLUMNS}
 
     # -- bounded memory --------------------------------------------------------------------------
@@ -174,6 +175,12 @@ class OnlineFeatureState:
         """Entries held (for /metrics and the expiry test)."""
         return {"cards": len(self._cards), "merchants": len(self._merchants), "payments": len(self._payments),
                 "card_events": sum(len(h.ts) for h in self._cards.values())}
+
+
+@functools.lru_cache(maxsize=65_536)
+def _code(value: str | None, buckets: int) -> int:
+    """:func:`definitions.categorical_code`, the definition the kernel's vectorised codes use, memoised."""
+    return fd.categorical_code(value, buckets)
 
 
 def _times(values: list[int]) -> KeyedTimes:
