@@ -4,6 +4,11 @@ exit code 1 with the message, and ``champion`` is only ever moved after all of t
 
 from __future__ import annotations
 
+# One class for "not a usable training checkpoint", owned by the run-directory contract (torch-free,
+# so importing it here keeps the command line fast); re-exported for the registry's callers. It is
+# not a RegistryError (training raises it too): callers that map expected failures catch both.
+from pipeline.training.run_dir import CheckpointError  # noqa: F401
+
 
 class RegistryError(RuntimeError):
     """Base class: an expected failure whose message tells the operator what to do."""
@@ -43,7 +48,3 @@ class HoldoutError(RegistryError):
 
 class LockTimeout(RegistryError):
     """Another promotion or rollback holds the registry lock for too long."""
-
-
-class CheckpointError(RegistryError):
-    """A checkpoint reference does not name a usable training checkpoint."""

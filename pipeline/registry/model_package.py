@@ -9,6 +9,7 @@ temperature inside) is the single artifact. The signature lists every raw featur
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -31,9 +32,13 @@ OUTPUT_COLUMN = "fraud_probability"
 RUNTIME_PACKAGES = ("mlflow", "torch", "safetensors", "numpy", "pandas")
 
 
+def feature_columns(numeric: Iterable[str], categorical: Iterable[str]) -> list[ColSpec]:
+    """The raw feature columns as MLflow sees them: numerics as double, categorical codes as long."""
+    return [ColSpec("double", name) for name in numeric] + [ColSpec("long", name) for name in categorical]
+
+
 def model_signature(config: FraudModelConfig) -> ModelSignature:
-    inputs = [ColSpec("double", name) for name in config.numeric_features]
-    inputs += [ColSpec("long", name) for name in config.categorical_features]
+    inputs = feature_columns(config.numeric_features, config.categorical_features)
     return ModelSignature(inputs=Schema(inputs), outputs=Schema([ColSpec("double", OUTPUT_COLUMN)]))
 
 

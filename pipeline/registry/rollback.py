@@ -19,8 +19,6 @@ import mlflow
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
-from pipeline.datasets.manifest import DatasetManifest
-from pipeline.paths import state_dir
 from pipeline.registry import audit
 from pipeline.registry.aliases import advance_champion, current_champion, previous_champion, revert_champion
 from pipeline.registry.config import RegistryConfig
@@ -29,10 +27,8 @@ from pipeline.registry.lock import registry_lock
 from pipeline.registry.model_package import log_pyfunc_model, register_version
 from pipeline.registry.scoring import load_scorer
 from pipeline.registry.store import connect, ensure_experiment, version_uri
-from pipeline.registry.tracking import code_lineage_tags, dataset_lineage_tags
-
-RUNS_DIR = "runs"  # state_dir()/runs/<run_name>: where training writes run directories by default
-CHECKPOINT_MARKER = "trainer.pt"  # a file every training checkpoint directory has
+from pipeline.registry.tracking import code_lineage_tags, dataset_lineage_tags, log_training_dataset
+from pipeline.training.run_dir import RunDir, is_checkpoint, runs_root
 
 
 @dataclass(frozen=True)
@@ -87,50 +83,45 @@ def _check_loadable(name: str, version: int) -> None:
 def resolve_checkpoint(ref: str) -> CheckpointRef:
     """A checkpoint directory, a run directory (-> its best, else latest, checkpoint) or a run name."""
     path = Path(ref)
-    if not path.exists():
-        path = state_dir() / RUNS_DIR / ref
-    if (path / CHECKPOINT_MARKER).is_file():
-        run_dir = path.parent.parent if path.parent.name == "checkpoints" else None
-        return CheckpointRef(path.resolve(), run_dir.resolve() if run_dir else None)
-    checkpoints = path / "checkpoints"
-    if checkpoints.is_dir():
-        if (checkpoints / "best" / CHECKPOINT_MARKER).is_file():
-            return CheckpointRef((checkpoints / "best").resolve(), path.resolve())
-        steps = sorted(p for p in checkpoints.glob("step-*") if (p / CHECKPOINT_MARKER).is_file())
-        if steps:
-            return CheckpointRef(steps[-1].resolve(), path.resolve())
+    run = RunDir(path) if path.exists() else RunDir.named(ref)
+    if is_checkpoint(run.path):
+        owner = RunDir.of_checkpoint(run.path)
+        return CheckpointRef(run.path.resolve(), owner.path.resolve() if owner else None)
+    checkpoint = run.find_checkpoint()
+    if checkpoint is not None:
+        return CheckpointRef(checkpoint.resolve(), run.path.resolve())
     raise CheckpointError(
         f"{ref!r} is neither a checkpoint directory, a run directory with checkpoints, nor a run name under "
-        f"{state_dir() / RUNS_DIR}; pass e.g. <run_dir>/checkpoints/best"
+        f"{runs_root()}; pass e.g. <run_dir>/checkpoints/best"
     )
 
 
 def _checkpoint_tags(ref: CheckpointRef) -> dict[str, str]:
     tags = {"source": "checkpoint", "checkpoint.path": str(ref.checkpoint_dir)}
     if ref.run_dir is not None:
-        tags["training.run_dir"] = str(ref.run_dir)
-        dataset_file = ref.run_dir / "dataset.json"
-        root_file = ref.run_dir / "dataset_root.txt"
-        if dataset_file.is_file():
-            root = Path(root_file.read_text().strip()) if root_file.is_file() else None
-            tags.update(dataset_lineage_tags(DatasetManifest.from_json(dataset_file.read_text()), root))
+        run = RunDir(ref.run_dir)
+        tags["training.run_dir"] = str(run.path)
+        if run.dataset.is_file():
+            tags.update(dataset_lineage_tags(run.read_dataset(), run.read_dataset_root()))
     return {**tags, **code_lineage_tags({})}
 
 
 def register_checkpoint(config: RegistryConfig, client: MlflowClient, ref: CheckpointRef) -> int:
     """Export the checkpoint's model, log it as a new MLflow run and register it; returns the version."""
-    # Imported here: only this path needs the training package (and its checkpoint format).
-    from pipeline.training.checkpoint import CheckpointError as TrainingCheckpointError
+    # Imported here: only this path needs the training package's torch side (the checkpoint format).
     from pipeline.training.export import export_model_from_checkpoint
 
     tags = _checkpoint_tags(ref)
+    run = RunDir(ref.run_dir) if ref.run_dir is not None else None
     with tempfile.TemporaryDirectory() as tmp:
         try:
             model_dir = export_model_from_checkpoint(ref.checkpoint_dir, Path(tmp) / "model")
-        except (TrainingCheckpointError, OSError, RuntimeError, KeyError) as exc:
+        except (OSError, RuntimeError, KeyError) as exc:  # CheckpointError is a RuntimeError
             raise CheckpointError(f"cannot export a model from {ref.checkpoint_dir}: {exc}") from exc
-        run_name = f"rollback-{ref.checkpoint_dir.parent.parent.name}-{ref.checkpoint_dir.name}"
+        run_name = f"rollback-{run.name if run else ref.checkpoint_dir.parent.name}-{ref.checkpoint_dir.name}"
         with mlflow.start_run(experiment_id=ensure_experiment(client, config), run_name=run_name, tags=tags):
+            if run is not None and run.dataset.is_file():
+                log_training_dataset(run.read_dataset(), run.read_dataset_root() or run.dataset)
             info = log_pyfunc_model(model_dir)
         return register_version(config.model_name, info.model_uri, tags)
 

@@ -1,9 +1,10 @@
-"""Read a finished training run directory (the contract in helpers/run_dir_contract.md).
+"""Read a finished training run directory for registration (layout and summary:
+:mod:`pipeline.training.run_dir`, the one definition both sides import).
 
 Only what the registry needs: the config, the dataset manifest trained on (lineage), metrics,
 the summary and where the model and validation scores are. A run without ``summary.json`` (status
 ``completed``) did not finish and is refused: registering half a run would put an untested model
-one ``promote`` away from production.
+one ``promote`` away from production. Every failure is a RunDirError naming the file.
 """
 
 from __future__ import annotations
@@ -17,86 +18,75 @@ from typing import Any
 from models.fraud_mlp import CONFIG_FILE, WEIGHTS_FILE
 from pipeline.datasets.manifest import DatasetManifest, ManifestError
 from pipeline.registry.errors import RunDirError
+from pipeline.training.run_dir import RunDir, RunSummary, RunSummaryError
 
 
 @dataclass(frozen=True)
 class TrainingRun:
-    path: Path
-    name: str
+    files: RunDir
     config: dict[str, Any]
     dataset: DatasetManifest
     dataset_root: Path | None
     steps: list[dict[str, Any]]
     epochs: list[dict[str, Any]]
-    summary: dict[str, Any]
+    summary: RunSummary
     fingerprint: str  # sha256 of summary.json: same finished run -> same fingerprint
 
     @property
+    def path(self) -> Path:
+        return self.files.path
+
+    @property
+    def name(self) -> str:
+        return self.summary.run_name or self.files.name
+
+    @property
     def model_dir(self) -> Path:
-        return self.path / "model"
+        return self.files.model
 
     @property
     def validation_scores(self) -> Path:
-        return self.path / "validation_scores.parquet"
-
-
-def _read_json(path: Path) -> Any:
-    if not path.is_file():
-        raise RunDirError(f"{path} is missing: {path.parent} is not a complete training run directory")
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise RunDirError(f"{path} is not valid JSON ({exc}); re-run training for this run") from exc
-
-
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Records of a JSONL metrics file; a torn last line (killed writer) is ignored."""
-    if not path.is_file():
-        return []
-    records = []
-    for line in path.read_text().splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return records
+        return self.files.validation_scores
 
 
 def read_training_run(path: Path) -> TrainingRun:
-    """Load a finished run directory; raises RunDirError naming what is missing."""
-    path = Path(path).resolve()
-    if not path.is_dir():
-        raise RunDirError(f"run directory {path} does not exist")
-    summary_path = path / "summary.json"
-    if not summary_path.is_file():
-        raise RunDirError(
-            f"{path} has no summary.json: the training run did not finish; register only completed runs"
-        )
-    summary = _read_json(summary_path)
-    if summary.get("status") != "completed":
-        raise RunDirError(f"{path}: summary.json status is {summary.get('status')!r}, not 'completed'")
-    for name in (WEIGHTS_FILE, CONFIG_FILE):
-        if not (path / "model" / name).is_file():
-            raise RunDirError(f"{path}/model/{name} is missing: the run wrote no final model")
+    """Load a finished run directory; raises RunDirError naming what is missing or malformed."""
+    files = RunDir(Path(path).resolve())
+    if not files.path.is_dir():
+        raise RunDirError(f"run directory {files.path} does not exist")
     try:
-        dataset = DatasetManifest.from_json((path / "dataset.json").read_text())
+        summary = files.read_summary()
+    except RunSummaryError as exc:
+        raise RunDirError(f"{exc}; re-run training for this run") from exc
+    if summary is None:
+        raise RunDirError(
+            f"{files.path} has no {files.summary.name}: the training run did not finish; register only completed runs"
+        )
+    if not summary.completed:
+        raise RunDirError(f"{files.summary}: status is {summary.status!r}, not 'completed'")
+    for name in (WEIGHTS_FILE, CONFIG_FILE):
+        if not (files.model / name).is_file():
+            raise RunDirError(f"{files.model / name} is missing: the run wrote no final model")
+    try:
+        dataset = files.read_dataset()
     except FileNotFoundError as exc:
-        raise RunDirError(f"{path}/dataset.json is missing: no lineage for this run") from exc
+        raise RunDirError(f"{files.dataset} is missing: no lineage for this run") from exc
     except (ManifestError, json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise RunDirError(f"{path}/dataset.json is not a dataset manifest ({exc})") from exc
-    root_file = path / "dataset_root.txt"
-    dataset_root = Path(root_file.read_text().strip()) if root_file.is_file() else None
+        raise RunDirError(f"{files.dataset} is not a dataset manifest ({exc})") from exc
+    try:
+        config = files.read_config()
+        steps, epochs = files.read_steps(), files.read_epochs()
+    except FileNotFoundError as exc:
+        raise RunDirError(f"{exc.filename} is missing: {files.path} is not a complete training run directory") from exc
+    except ValueError as exc:  # JSONDecodeError included
+        raise RunDirError(f"{files.path}: {exc}; re-run training for this run") from exc
     return TrainingRun(
-        path=path,
-        name=str(summary.get("run_name") or path.name),
-        config=_read_json(path / "config.json"),
+        files=files,
+        config=config,
         dataset=dataset,
-        dataset_root=dataset_root,
-        steps=_read_jsonl(path / "metrics" / "steps.jsonl"),
-        epochs=_read_jsonl(path / "metrics" / "epochs.jsonl"),
+        dataset_root=files.read_dataset_root(),
+        steps=steps,
+        epochs=epochs,
         summary=summary,
-        fingerprint=hashlib.sha256(summary_path.read_bytes()).hexdigest(),
+        fingerprint=hashlib.sha256(files.summary.read_bytes()).hexdigest(),
     )

@@ -1,6 +1,8 @@
 """Checkpoint storage: atomic step directories, last K kept, plus ``best/``.
 
-Layout under ``<run_dir>/checkpoints``::
+Layout under ``<run_dir>/checkpoints`` (the directory names and ``trainer.pt`` are part of the run
+directory contract in run_dir.py, which readers outside training use; the files' content is this
+module's)::
 
     step-00000200/            # complete, or absent: written as .tmp-step-00000200/ then renamed
       meta.json               # {"step", "epoch", "world_size"} (for people; loads use the .pt files)
@@ -20,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -28,32 +29,22 @@ from typing import Any
 
 import torch
 
-STEP_DIR = re.compile(r"^step-(\d{8})$")
-TRAINER_FILE = "trainer.pt"
+from pipeline.atomic import atomic_path, fsync_path
+from pipeline.training.run_dir import (
+    BEST,
+    STEP_DIR,
+    TRAINER_FILE,
+    CheckpointError,
+    step_dir_name,
+)
+
 META_FILE = "meta.json"
 MODEL_CONFIG_FILE = "model.json"
 CALIBRATION_FILE = "calibration.pt"
-BEST = "best"
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint is missing or unreadable."""
 
 
 def rank_file(rank: int) -> str:
     return f"rank-{rank:05d}.pt"
-
-
-def step_dir_name(step: int) -> str:
-    return f"step-{step:08d}"
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _save_tensor_file(obj: Any, path: Path) -> None:
@@ -88,10 +79,14 @@ class Checkpointer:
 
     def _clean_interrupted(self) -> None:
         old_best = self.directory / ".old-best"
-        if old_best.exists() and not (self.directory / BEST).exists():
-            old_best.rename(self.directory / BEST)  # killed mid-swap: the previous best is still whole
+        if old_best.exists() and not self.best.exists():
+            old_best.rename(self.best)  # killed mid-swap: the previous best is still whole
         for tmp in self.directory.glob(".*"):
             shutil.rmtree(tmp, ignore_errors=True)
+
+    @property
+    def best(self) -> Path:
+        return self.directory / BEST
 
     def step_dirs(self) -> list[Path]:
         dirs = [p for p in self.directory.glob("step-*") if STEP_DIR.match(p.name) and (p / META_FILE).is_file()]
@@ -119,11 +114,11 @@ class Checkpointer:
             (tmp / META_FILE).write_text(json.dumps(meta, indent=2))
         self.barrier()  # every rank's file is on disk before the directory becomes visible
         if self.rank == 0:
-            _fsync_dir(tmp)
+            fsync_path(tmp)
             if final.exists():  # same step saved again after a resume: replace it whole
                 shutil.rmtree(final)
             os.replace(tmp, final)
-            _fsync_dir(self.directory)
+            fsync_path(self.directory)
             if is_best:
                 self.mark_best(final)
             self._prune()
@@ -132,7 +127,7 @@ class Checkpointer:
 
     def mark_best(self, step_dir: Path) -> None:
         """Make ``best/`` a copy of ``step_dir`` (hard links; checkpoint files are never rewritten)."""
-        tmp, best, old = self.directory / ".tmp-best", self.directory / BEST, self.directory / ".old-best"
+        tmp, best, old = self.directory / ".tmp-best", self.best, self.directory / ".old-best"
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.copytree(step_dir, tmp, copy_function=os.link)
         if best.exists():
@@ -141,7 +136,7 @@ class Checkpointer:
         shutil.rmtree(old, ignore_errors=True)
 
     def best_step(self) -> int | None:
-        meta = self.directory / BEST / META_FILE
+        meta = self.best / META_FILE
         return json.loads(meta.read_text())["step"] if meta.is_file() else None
 
     def ensure_best(self, step: int | None) -> None:
@@ -164,8 +159,6 @@ class Checkpointer:
 
     def save_calibration(self, temperature: float, logit_shift: float) -> None:
         """Rank 0: store the fitted calibration beside the best weights (atomic file write)."""
-        best = self.directory / BEST
-        tmp = best / f".{CALIBRATION_FILE}.tmp"
-        _save_tensor_file({"temperature": torch.tensor(temperature, dtype=torch.float64),
-                           "logit_shift": torch.tensor(logit_shift, dtype=torch.float64)}, tmp)
-        os.replace(tmp, best / CALIBRATION_FILE)
+        with atomic_path(self.best / CALIBRATION_FILE) as tmp:
+            torch.save({"temperature": torch.tensor(temperature, dtype=torch.float64),
+                        "logit_shift": torch.tensor(logit_shift, dtype=torch.float64)}, tmp)

@@ -1,72 +1,109 @@
 """End of a run (rank 0): calibrate the best weights on validation, export the model, write the
 validation scores and, last, summary.json. A kill before summary.json leaves a run that a restart
-finalises again from the same best checkpoint (every step here is idempotent)."""
+finalises again from the same best checkpoint (every step here is idempotent).
+
+Takes what the training loop measured as a :class:`TrainingOutcome`, not the Trainer, so it
+depends only on the components it uses (checkpoints, dataset, loss) and is testable alone.
+"""
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 import torch
 
 from models.fraud_mlp import save_model
-from pipeline.training import run_dir as files
+from pipeline.atomic import atomic_path
+from pipeline.datasets.manifest import DatasetManifest
 from pipeline.training.calibration import apply_calibration, fit_calibration
-from pipeline.training.checkpoint import BEST
+from pipeline.training.checkpoint import Checkpointer
+from pipeline.training.config import CompressionConfig
 from pipeline.training.evaluate import score_split, scores_table, split_metrics
 from pipeline.training.export import load_checkpoint_model
-
-if TYPE_CHECKING:
-    from pipeline.training.trainer import Trainer
+from pipeline.training.run_dir import COMPLETED, CompressionSummary, DatasetRef, RunDir, RunSummary
 
 
-def finalize_run(trainer: Trainer, started: float, rank_stats: list[dict[str, float]]) -> dict[str, Any]:
-    run_dir, state, config = trainer.run_dir, trainer.state, trainer.config
-    best_dir = trainer.checkpointer.directory / BEST
-    model = load_checkpoint_model(best_dir, apply_stored_calibration=False)
-    scored = score_split(model, trainer.dataset_root, trainer.manifest, "validation", 0, 1, torch.device("cpu"))
+@dataclass(frozen=True)
+class TrainingOutcome:
+    """What the training loop hands to finalisation (rank 0, after the loop)."""
+
+    global_step: int
+    epochs: int  # epochs started (a partly run last epoch counts)
+    best_epoch: int
+    best_metrics: dict[str, float]  # validation metrics of the best epoch; empty when validation is off
+    stopped_early: bool
+    skipped_steps: int
+    bytes_sent_total: int
+    bytes_dense_total: int
+    train_samples: int  # samples through the train steps, all ranks
+    loop_seconds: float  # time in data loading + train steps (throughput, not wall)
+    rank_stats: list[dict[str, float]]  # per rank: peak_rss_mb, loop_cpu_s
+    world_size: int
+    backend: str
+    compression: CompressionConfig
+    started_at: float  # time.time() when this attempt started
+
+
+def compression_summary(config: CompressionConfig) -> CompressionSummary:
+    return CompressionSummary(config.method, config.density if config.method.startswith("topk") else None)
+
+
+def finalize_run(run: RunDir, checkpointer: Checkpointer, dataset_root: Path, manifest: DatasetManifest,
+                 loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+                 outcome: TrainingOutcome) -> RunSummary:
+    """Calibrate ``best/`` on the validation split, write model/, validation scores and summary.json.
+
+    Side effects, in order: ``best/calibration.pt``, ``model/``, ``validation_scores.parquet``,
+    ``summary.json`` (last: its presence means the run finished). Returns the summary written.
+    """
+    model = load_checkpoint_model(checkpointer.best, apply_stored_calibration=False)
+    scored = score_split(model, dataset_root, manifest, "validation", 0, 1, torch.device("cpu"))
     calibration = fit_calibration(torch.from_numpy(scored.logits), torch.from_numpy(scored.labels).float())
-    trainer.checkpointer.save_calibration(calibration.temperature, calibration.logit_shift)
+    checkpointer.save_calibration(calibration.temperature, calibration.logit_shift)
     apply_calibration(model, calibration)
-    save_model(model, run_dir / files.MODEL_DIR)
-    calibrated = split_metrics(scored, trainer.loss_fn, calibration.temperature, calibration.logit_shift)
+    save_model(model, run.model)
+    calibrated = split_metrics(scored, loss_fn, calibration.temperature, calibration.logit_shift)
     probs = torch.sigmoid((torch.from_numpy(scored.logits).double() + calibration.logit_shift)
                           / calibration.temperature).numpy()
-    tmp = run_dir / f".{files.SCORES_FILE}.tmp"
-    pq.write_table(scores_table(scored, probs), tmp)
-    tmp.replace(run_dir / files.SCORES_FILE)
-    best_metrics = state.best_metrics or {k: v for k, v in calibrated.items()}
-    summary = {
-        "status": "completed",
-        "run_name": run_dir.name,
-        "global_step": state.global_step,
-        "epochs": state.epoch + (1 if state.step_in_epoch else 0),
-        "best_epoch": state.best_epoch,
-        "best_metrics": best_metrics,
-        "temperature": calibration.temperature,
-        "logit_shift": calibration.logit_shift,
-        "calibrated_ece": calibrated["ece"],
-        "bytes_sent_total": state.bytes_sent_total,
-        "bytes_dense_total": state.bytes_dense_total,
-        "compression": {"method": config.compression.method,
-                        "density": config.compression.density if config.compression.method.startswith("topk") else None},
-        "world_size": trainer.env.world_size,
-        "backend": trainer.env.backend,
-        "wall_s": round(time.time() - started, 3),
-        "peak_rss_mb": max(r["peak_rss_mb"] for r in rank_stats),
-        "peak_rss_mb_per_rank": [r["peak_rss_mb"] for r in rank_stats],
-        "train_cpu_s_per_rank": [r["loop_cpu_s"] for r in rank_stats],
-        "train_samples": trainer.loop_samples,
-        "stopped_early": state.stopped_early,
-        "skipped_steps": state.skipped_steps,
-        "train_samples_per_s": trainer.loop_samples / trainer.loop_seconds if trainer.loop_seconds else float("nan"),
-        "checkpoint_dir": str(trainer.checkpointer.directory),
-        "model_dir": str(run_dir / files.MODEL_DIR),
-        "dataset": {"name": trainer.manifest.dataset, "version": trainer.manifest.version,
-                    "content_hash": trainer.manifest.content_hash},
-        "validation_rows": int(np.asarray(scored.labels).size),
-    }
-    files.write_json_atomic(run_dir / files.SUMMARY_FILE, summary)
+    with atomic_path(run.validation_scores) as tmp:
+        pq.write_table(scores_table(scored, probs), tmp)
+    rss = [r["peak_rss_mb"] for r in outcome.rank_stats]
+    finished_at = time.time()
+    summary = RunSummary(
+        status=COMPLETED,
+        run_name=run.name,
+        global_step=outcome.global_step,
+        epochs=outcome.epochs,
+        best_epoch=outcome.best_epoch,
+        best_metrics=dict(outcome.best_metrics or calibrated),
+        temperature=calibration.temperature,
+        logit_shift=calibration.logit_shift,
+        calibrated_ece=calibrated["ece"],
+        bytes_sent_total=outcome.bytes_sent_total,
+        bytes_dense_total=outcome.bytes_dense_total,
+        compression=compression_summary(outcome.compression),
+        world_size=outcome.world_size,
+        backend=outcome.backend,
+        started_at=outcome.started_at,
+        finished_at=finished_at,
+        wall_s=round(finished_at - outcome.started_at, 3),
+        peak_rss_mb=max(rss),
+        peak_rss_mb_per_rank=tuple(rss),
+        train_cpu_s_per_rank=tuple(r["loop_cpu_s"] for r in outcome.rank_stats),
+        train_samples=outcome.train_samples,
+        stopped_early=outcome.stopped_early,
+        skipped_steps=outcome.skipped_steps,
+        train_samples_per_s=(outcome.train_samples / outcome.loop_seconds if outcome.loop_seconds
+                             else float("nan")),
+        checkpoint_dir=str(checkpointer.directory),
+        model_dir=str(run.model),
+        dataset=DatasetRef(manifest.dataset, manifest.version, manifest.content_hash),
+        validation_rows=int(np.asarray(scored.labels).size),
+    )
+    run.write_summary(summary)
     return summary

@@ -1,18 +1,42 @@
-"""The files of a training run directory (see helpers' run_dir_contract: the registry reads them).
+"""The training run directory: one layout, written by training (rank 0 only) and read by the
+registry, rollback, launch and the demo. Every path of it is a property of :class:`RunDir`; what
+``summary.json`` holds is :class:`RunSummary`.
 
-Rank 0 alone writes here; each function names one file of the contract.
+Layout::
+
+    <run_dir>/                    default: <state_dir>/runs/<run_name>
+      config.json                 the training config as run, plus world_size and backend
+      dataset.json                the dataset manifest trained on, byte for byte (lineage)
+      dataset_root.txt            absolute path of the dataset root it was read from
+      metrics/steps.jsonl         one record per logged optimizer step
+      metrics/epochs.jsonl        one record per validation
+      checkpoints/step-NNNNNNNN/  complete checkpoints (format: checkpoint.py)
+      checkpoints/best/           the checkpoint with the best validation AP
+      model/                      calibrated FraudModel (safetensors + JSON)
+      validation_scores.parquet   calibrated validation scores (plots)
+      summary.json                RunSummary, written last: its presence means "finished"
+
+Guarantees: whole files are replaced atomically (:mod:`pipeline.atomic`); the JSONL files are
+append-only, readers ignore a torn last line (killed writer) and a resume drops it. This module
+imports no torch, so the registry's command line can name its errors without loading it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import os
+import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipeline.atomic import atomic_path, write_json_atomic, write_text_atomic
+from pipeline.config import ConfigError, from_dict
 from pipeline.datasets.manifest import DatasetManifest
+from pipeline.paths import state_dir
 
+RUNS_DIR = "runs"  # <state_dir>/runs/<run_name>: where run directories go by default
 CONFIG_FILE = "config.json"
 DATASET_FILE = "dataset.json"
 DATASET_ROOT_FILE = "dataset_root.txt"
@@ -23,50 +47,274 @@ MODEL_DIR = "model"
 SCORES_FILE = "validation_scores.parquet"
 SUMMARY_FILE = "summary.json"
 
+# Names inside checkpoints/ that readers outside training need (the files' format is checkpoint.py's).
+BEST = "best"
+STEP_DIR = re.compile(r"^step-(\d{8})$")
+TRAINER_FILE = "trainer.pt"  # model + optimizer state: every checkpoint directory has one
 
-def write_json_atomic(path: Path, obj: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with tmp.open("w") as fh:
-        json.dump(obj, fh, indent=2, sort_keys=True, allow_nan=True)
-        fh.write("\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+COMPLETED = "completed"
 
 
-def write_run_inputs(run_dir: Path, config: dict[str, Any], manifest: DatasetManifest, dataset_root: Path) -> None:
-    """config.json, dataset.json (the manifest file trained on, byte for byte) and dataset_root.txt."""
-    write_json_atomic(run_dir / CONFIG_FILE, config)
-    shutil.copyfile(Path(dataset_root) / "manifests" / f"{manifest.version}.json", run_dir / DATASET_FILE)
-    (run_dir / DATASET_ROOT_FILE).write_text(str(Path(dataset_root).resolve()) + "\n")
+class CheckpointError(RuntimeError):
+    """A checkpoint is missing or unreadable, or a path does not name one."""
 
 
-def append_jsonl(run_dir: Path, name: str, record: dict[str, Any]) -> None:
-    path = run_dir / name
+class RunSummaryError(ValueError):
+    """summary.json is not a RunSummary (missing or unknown field, wrong type, not JSON)."""
+
+
+def step_dir_name(step: int) -> str:
+    return f"step-{step:08d}"
+
+
+def is_checkpoint(path: Path) -> bool:
+    return (Path(path) / TRAINER_FILE).is_file()
+
+
+def runs_root() -> Path:
+    return state_dir() / RUNS_DIR
+
+
+@dataclass(frozen=True)
+class CompressionSummary:
+    method: str
+    density: float | None  # top-k methods only
+
+
+@dataclass(frozen=True)
+class DatasetRef:
+    name: str
+    version: str
+    content_hash: str
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """summary.json. The fields without a default are required: every writer of the contract has
+    them. The others arrived later, so run directories written before them stay readable."""
+
+    status: str  # COMPLETED: the only status ever written
+    run_name: str
+    global_step: int
+    epochs: int  # epochs started (a partly run last epoch counts)
+    best_epoch: int
+    best_metrics: dict[str, float]  # validation metrics of the best epoch (calibrated ones without validation)
+    temperature: float
+    bytes_sent_total: int  # rank 0's bytes handed to gradient collectives
+    bytes_dense_total: int  # what fp32 all-reduce would have handed over
+    compression: CompressionSummary
+    world_size: int
+    wall_s: float  # wall time of the attempt that finished the run
+    peak_rss_mb: float
+    stopped_early: bool
+    started_at: float | None = None  # epoch seconds: start of that attempt
+    finished_at: float | None = None  # epoch seconds: when the summary was written
+    logit_shift: float | None = None
+    calibrated_ece: float | None = None
+    backend: str | None = None
+    peak_rss_mb_per_rank: tuple[float, ...] | None = None
+    train_cpu_s_per_rank: tuple[float, ...] | None = None
+    train_samples: int | None = None
+    train_samples_per_s: float | None = None
+    skipped_steps: int | None = None
+    checkpoint_dir: str | None = None
+    model_dir: str | None = None
+    dataset: DatasetRef | None = None
+    validation_rows: int | None = None
+
+    @property
+    def completed(self) -> bool:
+        return self.status == COMPLETED
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True, allow_nan=True) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str, source: str = SUMMARY_FILE) -> RunSummary:
+        """Parse and type-check; raises RunSummaryError naming the missing, unknown or mistyped field."""
+        try:
+            return from_dict(cls, json.loads(text), source=source)
+        except json.JSONDecodeError as exc:
+            raise RunSummaryError(f"{source} is not valid JSON ({exc})") from exc
+        except ConfigError as exc:
+            raise RunSummaryError(f"{exc}: not a run summary of this pipeline version") from exc
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """Paths of one run directory, and the reads and writes of its files."""
+
+    path: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", Path(self.path))
+
+    @classmethod
+    def named(cls, run_name: str) -> RunDir:
+        """The default run directory of ``run_name`` (under the state directory)."""
+        return cls(runs_root() / run_name)
+
+    @classmethod
+    def of_checkpoint(cls, checkpoint_dir: Path) -> RunDir | None:
+        """The run a checkpoint belongs to, when it sits in ``<run_dir>/checkpoints/``."""
+        checkpoint_dir = Path(checkpoint_dir)
+        return cls(checkpoint_dir.parent.parent) if checkpoint_dir.parent.name == CHECKPOINTS else None
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def config(self) -> Path:
+        return self.path / CONFIG_FILE
+
+    @property
+    def dataset(self) -> Path:
+        return self.path / DATASET_FILE
+
+    @property
+    def dataset_root_file(self) -> Path:
+        return self.path / DATASET_ROOT_FILE
+
+    @property
+    def steps(self) -> Path:
+        return self.path / STEPS_FILE
+
+    @property
+    def epochs(self) -> Path:
+        return self.path / EPOCHS_FILE
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / CHECKPOINTS
+
+    @property
+    def best_checkpoint(self) -> Path:
+        return self.checkpoints / BEST
+
+    @property
+    def model(self) -> Path:
+        return self.path / MODEL_DIR
+
+    @property
+    def validation_scores(self) -> Path:
+        return self.path / SCORES_FILE
+
+    @property
+    def summary(self) -> Path:
+        return self.path / SUMMARY_FILE
+
+    def find_checkpoint(self) -> Path | None:
+        """``best/``, else the latest step checkpoint, else None."""
+        if is_checkpoint(self.best_checkpoint):
+            return self.best_checkpoint
+        steps = sorted(p for p in self.checkpoints.glob("step-*") if STEP_DIR.match(p.name) and is_checkpoint(p))
+        return steps[-1] if steps else None
+
+    # ---- written by training (rank 0) --------------------------------------------------------
+
+    def write_inputs(self, config: dict[str, Any], manifest_file: Path, dataset_root: Path) -> None:
+        """config.json, dataset.json (a byte copy of ``manifest_file``) and dataset_root.txt."""
+        write_json_atomic(self.config, config)
+        with atomic_path(self.dataset) as tmp:
+            shutil.copyfile(manifest_file, tmp)
+        write_text_atomic(self.dataset_root_file, str(Path(dataset_root).resolve()) + "\n")
+
+    def append_step(self, record: dict[str, Any]) -> None:
+        _append_jsonl(self.steps, record)
+
+    def append_epoch(self, record: dict[str, Any]) -> None:
+        _append_jsonl(self.epochs, record)
+
+    def truncate_metrics_after(self, step: int) -> None:
+        """Drop step and epoch records after ``step`` (and a torn last line): a resumed run replays
+        those steps and logs them again."""
+        _truncate_jsonl(self.steps, step)
+        _truncate_jsonl(self.epochs, step)
+
+    def write_summary(self, summary: RunSummary) -> None:
+        write_text_atomic(self.summary, summary.to_json())
+
+    # ---- read by the registry, launch, the demo ---------------------------------------------
+
+    def read_summary(self) -> RunSummary | None:
+        """The summary, or None when the run has not finished; RunSummaryError when it is malformed."""
+        if not self.summary.is_file():
+            return None
+        return RunSummary.from_json(self.summary.read_text(), source=str(self.summary))
+
+    def read_config(self) -> dict[str, Any]:
+        return json.loads(self.config.read_text())
+
+    def read_dataset(self) -> DatasetManifest:
+        return DatasetManifest.from_json(self.dataset.read_text())
+
+    def read_dataset_root(self) -> Path | None:
+        """Where the dataset was read from; None for runs that did not record it."""
+        return Path(self.dataset_root_file.read_text().strip()) if self.dataset_root_file.is_file() else None
+
+    def read_steps(self) -> list[dict[str, Any]]:
+        return _read_jsonl(self.steps)
+
+    def read_epochs(self) -> list[dict[str, Any]]:
+        return _read_jsonl(self.epochs)
+
+
+def _append_jsonl(path: Path, record: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as fh:
         fh.write(json.dumps(record, sort_keys=True) + "\n")
 
 
-def truncate_after_step(run_dir: Path, name: str, step: int) -> None:
-    """Drop records logged after ``step``: a resumed run replays those steps and logs them again."""
-    path = run_dir / name
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Records of a JSONL metrics file ([] when absent). A torn last line is what a writer killed
+    mid-append leaves and is skipped; a bad line anywhere else is corruption and raises ValueError."""
     if not path.is_file():
-        return
-    kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text("".join(line + "\n" for line in kept))
-    os.replace(tmp, path)
+        return []
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    records = []
+    for i, line in enumerate(lines):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            if i == len(lines) - 1:
+                break
+            raise ValueError(f"{path} line {i + 1} is not JSON ({exc}); the metrics file is corrupt") from exc
+    return records
+
+
+def _truncate_jsonl(path: Path, step: int) -> None:
+    if path.is_file():
+        kept = [r for r in _read_jsonl(path) if r["step"] <= step]
+        write_text_atomic(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
+
+
+# ---- module-level names kept for callers written before RunDir (launch, trainer, bench) ------
+
+
+def write_run_inputs(run_dir: Path, config: dict[str, Any], manifest: DatasetManifest, dataset_root: Path) -> None:
+    """config.json, dataset.json (the manifest file trained on, byte for byte) and dataset_root.txt."""
+    manifest_file = Path(dataset_root) / "manifests" / f"{manifest.version}.json"
+    RunDir(run_dir).write_inputs(config, manifest_file, dataset_root)
+
+
+def append_jsonl(run_dir: Path, name: str, record: dict[str, Any]) -> None:
+    _append_jsonl(Path(run_dir) / name, record)
+
+
+def truncate_after_step(run_dir: Path, name: str, step: int) -> None:
+    """Drop the records of ``name`` logged after ``step`` (see RunDir.truncate_metrics_after)."""
+    _truncate_jsonl(Path(run_dir) / name, step)
 
 
 def read_jsonl(run_dir: Path, name: str) -> list[dict[str, Any]]:
-    path = run_dir / name
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return _read_jsonl(Path(run_dir) / name)
 
 
 def read_summary(run_dir: Path) -> dict[str, Any] | None:
-    path = run_dir / SUMMARY_FILE
-    return json.loads(path.read_text()) if path.is_file() else None
+    """summary.json as a dict (checked against RunSummary), or None when the run has not finished."""
+    summary = RunDir(run_dir).read_summary()
+    return summary.to_dict() if summary is not None else None

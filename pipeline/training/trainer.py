@@ -40,7 +40,7 @@ from pipeline.training.data import (
 )
 from pipeline.training.distributed import DistEnv, barrier, check_replicas, log_rank, log_rank0
 from pipeline.training.evaluate import gather_scored, score_split, split_metrics
-from pipeline.training.finalize import finalize_run
+from pipeline.training.finalize import TrainingOutcome, finalize_run
 from pipeline.training.loss import make_loss
 from pipeline.training.progress import ProgressLine, format_progress
 from pipeline.training.schedule import lr_at_step
@@ -137,7 +137,17 @@ class Trainer:
         if self.env.is_rank0:
             self.progress.finish()
             self.checkpointer.ensure_best(self.state.best_step if self.state.best_step >= 0 else None)
-            summary = finalize_run(self, started, rank_stats)
+            state = self.state
+            summary = finalize_run(
+                files.RunDir(self.run_dir), self.checkpointer, self.dataset_root, self.manifest, self.loss_fn,
+                TrainingOutcome(
+                    global_step=state.global_step, epochs=state.epoch + (1 if state.step_in_epoch else 0),
+                    best_epoch=state.best_epoch, best_metrics=state.best_metrics,
+                    stopped_early=state.stopped_early, skipped_steps=state.skipped_steps,
+                    bytes_sent_total=state.bytes_sent_total, bytes_dense_total=state.bytes_dense_total,
+                    train_samples=self.loop_samples, loop_seconds=self.loop_seconds, rank_stats=rank_stats,
+                    world_size=self.env.world_size, backend=self.env.backend,
+                    compression=self.config.compression, started_at=started))
         barrier()
         return summary
 

@@ -95,9 +95,12 @@ def test_rollback_from_a_training_checkpoint_registers_it_as_champion(world, con
     assert (record.action, record.from_version) == ("rollback-from-checkpoint", champion)
     new = record.to_version
     assert (alias(client, config, CHAMPION), alias(client, config, PREVIOUS_CHAMPION)) == (new, champion)
-    tags = client.get_model_version(config.model_name, str(new)).tags
-    assert tags["checkpoint.path"] == str(run_dir.resolve() / "checkpoints" / "best")
-    assert tags["dataset.content_hash"] == world.manifest.content_hash
+    version = client.get_model_version(config.model_name, str(new))
+    assert version.tags["checkpoint.path"] == str(run_dir.resolve() / "checkpoints" / "best")
+    assert version.tags["dataset.content_hash"] == world.manifest.content_hash
+    inputs = client.get_run(version.run_id).inputs.dataset_inputs
+    assert [(i.dataset.name, i.dataset.digest) for i in inputs] == [
+        (world.manifest.version, world.manifest.content_hash[:36])]
     frame = read_split(world.root, world.manifest, "test")
     scored = mlflow.pyfunc.load_model(f"models:/{config.model_name}@{CHAMPION}").predict(frame)
     np.testing.assert_allclose(scored, factory.score(world.weak, frame), rtol=1e-6)

@@ -15,8 +15,12 @@ from pipeline.registry.config import RegistryConfig
 from pipeline.registry.errors import RunDirError
 from pipeline.registry.store import CHALLENGER, connect, version_by_alias
 from pipeline.registry.tracking import register_run
+from pipeline.training.run_dir import RunDir
 from tests.registry import factory
 from tests.registry.conftest import version_artifact_dir
+
+# When the tracked run trained (epoch seconds): long before the test registers it.
+TRAINING_STARTED, TRAINING_FINISHED = 1_717_000_000.25, 1_717_000_031.5
 
 
 @pytest.fixture(scope="module")
@@ -25,9 +29,16 @@ def registered(world):
     config = replace(RegistryConfig(), model_name="fd-tracking")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("FRAUD_STATE_DIR", str(world.state))
-        run_dir = world.run_dir("tracked", world.good)
-        version = register_run(run_dir, config)
-        yield config, connect(config), version, run_dir
+        run_dir = RunDir(world.run_dir("tracked", world.good))
+        run_dir.write_summary(replace(run_dir.read_summary(), started_at=TRAINING_STARTED,
+                                      finished_at=TRAINING_FINISHED))
+        version = register_run(run_dir.path, config)
+        yield config, connect(config), version, run_dir.path
+
+
+def _run(registered):
+    config, client, version, _ = registered
+    return client.get_run(client.get_model_version(config.model_name, str(version)).run_id)
 
 
 def test_registered_version_is_the_challenger(registered):
@@ -59,8 +70,42 @@ def test_params_steps_and_epoch_metrics_are_logged(registered):
     assert sorted(loss, key=lambda m: m.step)[3].value == pytest.approx(0.6 / 2.0)
     auc = client.get_metric_history(run.info.run_id, "val_auc_roc")
     assert sorted(m.step for m in auc) == [10, 20]
-    for key in ("train_bytes_sent", "train_density", "train_samples_per_s", "best_auc_roc", "wall_s"):
+    for key in ("train_bytes_sent", "train_density", "train_samples_per_s"):
         assert key in run.data.metrics
+
+
+def test_every_metric_is_a_series_and_single_numbers_are_tags(registered):
+    config, client, version, run_dir = registered
+    run = _run(registered)
+    # A single number logged as a metric is a one-point chart in the UI: none may be logged so.
+    histories = {k: client.get_metric_history(run.info.run_id, k) for k in run.data.metrics}
+    assert [k for k, history in histories.items() if len(history) < 2] == []
+    best = RunDir(run_dir).read_summary().best_metrics
+    tags = run.data.tags
+    assert float(tags["best.auc_roc"]) == pytest.approx(best["auc_roc"], rel=1e-5)
+    assert float(tags["best.val_loss"]) == pytest.approx(best["val_loss"], rel=1e-5)
+    assert (tags["summary.global_step"], tags["summary.wall_s"], tags["summary.bytes_sent_total"]) == (
+        "20", "3.5", "24000")
+    assert "summary.started_at" not in tags  # the run's own start time, not a result
+
+
+def test_run_start_and_end_are_the_training_times(registered):
+    info = _run(registered).info
+    assert (info.start_time, info.end_time) == (round(TRAINING_STARTED * 1000), round(TRAINING_FINISHED * 1000))
+    assert info.status == "FINISHED"
+
+
+def test_training_dataset_is_the_runs_dataset_input(registered, world):
+    trained_on = RunDir(registered[3]).read_dataset()  # the manifest as training saw it (JSON key order)
+    inputs = _run(registered).inputs.dataset_inputs
+    assert len(inputs) == 1
+    dataset = inputs[0].dataset
+    assert (dataset.name, dataset.digest) == (world.manifest.version, world.manifest.content_hash[:36])
+    assert {t.key: t.value for t in inputs[0].tags} == {
+        "mlflow.data.context": "training", "dataset.content_hash": world.manifest.content_hash}
+    assert json.loads(dataset.source) == {"uri": str(world.root.resolve())}
+    columns = [c["name"] for c in json.loads(dataset.schema)["mlflow_colspec"]]
+    assert columns == [*trained_on.numeric_features, *trained_on.categorical_features, "label"]
 
 
 def test_plots_are_logged_as_png(registered, tmp_path):
@@ -95,6 +140,16 @@ def test_unfinished_run_is_refused_and_registers_nothing(world, config, client):
     (run_dir / "summary.json").unlink()
     with pytest.raises(RunDirError, match="did not finish"):
         register_run(run_dir, config)
+    assert client.search_model_versions(f"name = '{config.model_name}'") == []
+
+
+def test_summary_missing_a_required_field_is_refused_by_name(world, config, client):
+    run_dir = RunDir(world.run_dir("no-step-count", world.good))
+    summary = json.loads(run_dir.summary.read_text())
+    del summary["global_step"]
+    run_dir.summary.write_text(json.dumps(summary))
+    with pytest.raises(RunDirError, match="missing required key 'global_step'"):
+        register_run(run_dir.path, config)
     assert client.search_model_versions(f"name = '{config.model_name}'") == []
 
 
