@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from pipeline.atomic import write_json_atomic
 from pipeline.config import load_section
 from pipeline.simulation import Simulation, SimulationConfig, simulate
 
@@ -87,8 +88,4 @@ def load_played(state: Path) -> int:
 
 
 def save_played(state: Path, played: int) -> None:
-    path = state / "demo" / "nights.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"played": played}))
-    tmp.replace(path)
+    write_json_atomic(state / "demo" / "nights.json", {"played": played})

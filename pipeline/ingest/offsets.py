@@ -13,9 +13,10 @@ The file also lists the committed run ids: raw files of any other run are invisi
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from pipeline.atomic import write_json_atomic
 
 
 class OffsetGapError(RuntimeError):
@@ -83,21 +84,6 @@ def plan_offset_ranges(topic: str, committed: dict[int, int], watermarks: dict[i
     return OffsetPlan(topic, tuple(ranges), lost)
 
 
-def _atomic_write_json(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with tmp.open("w") as fh:
-        json.dump(data, fh, indent=2, sort_keys=True)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)  # make the rename itself durable
-    finally:
-        os.close(dir_fd)
-
-
 @dataclass(frozen=True)
 class StoreCommit:
     """The raw store's committed state: next offset per topic partition, committed runs."""
@@ -142,7 +128,7 @@ class OffsetStore:
             for p, w in parts.items():
                 marks.setdefault(topic, {})[p] = max(w, marks.get(topic, {}).get(p, w))
         new = StoreCommit(offsets, first, current.runs + (run_id,), marks)
-        _atomic_write_json(self.path, {"offsets": _to_json(offsets), "first_offsets": _to_json(first),
+        write_json_atomic(self.path, {"offsets": _to_json(offsets), "first_offsets": _to_json(first),
                                        "watermarks": _to_json(marks), "runs": list(new.runs)})
         return new
 

@@ -21,8 +21,6 @@ its leftovers first. The store must sit on a filesystem the driver and the execu
 from __future__ import annotations
 
 import fcntl
-import json
-import os
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -47,6 +45,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from pipeline.atomic import atomic_path, write_json_atomic
 from pipeline.contract import FIELDS_BY_KIND, Kind, RejectReason
 from pipeline.ingest.validate import DETAIL, FIELD, REASON, SPARK_TYPES
 
@@ -97,10 +96,8 @@ QUARANTINE_SCHEMA = StructType([StructField(n, _SPARK[t], True) for n, t in _QUA
 
 
 def _atomic_write_table(table: pa.Table, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    pq.write_table(table, tmp, compression="zstd")
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp, compression="zstd")
 
 
 class RawStore:
@@ -222,8 +219,5 @@ class RawStore:
 
     def write_run_manifest(self, run_id: str, manifest: dict) -> Path:
         path = self.root / "_runs" / f"{run_id}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True))
-        os.replace(tmp, path)
+        write_json_atomic(path, manifest)
         return path

@@ -7,7 +7,6 @@ the per-row scores (transaction_id, card_id, event_time, score, label) as Parque
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ import pandas as pd
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
+from pipeline.atomic import atomic_path
 from pipeline.datasets.manifest import ManifestError, load_manifest
 from pipeline.datasets.reader import read_window
 from pipeline.registry.errors import DatasetError
@@ -45,10 +45,8 @@ def dataset_root_of(client: MlflowClient, model_uri: str) -> Path | None:
 
 
 def _write_parquet_atomic(frame: pd.DataFrame, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    frame.to_parquet(tmp, index=False)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        frame.to_parquet(tmp, index=False)
 
 
 def evaluate_window(model_uri: str, dataset_root: Path, start: str, end: str, scores_out: Path | None = None,
