@@ -5,8 +5,6 @@ from __future__ import annotations
 import click
 
 from pipeline.cli.context import cli_context
-from pipeline.demo.nights import load_demo_config
-from pipeline.demo.run import DemoFailed, run_demo
 
 
 @click.command()
@@ -19,6 +17,9 @@ def demo(ctx: click.Context) -> None:
     model in MLflow and gates it against the champion, then stops the broker. Run it again for the
     next night. Exit 0 whether the gate promoted or rejected the challenger; 1 if a stage failed.
     """
+    from pipeline.demo.nights import load_demo_config
+    from pipeline.demo.run import DemoFailed, run_demo
+
     env = cli_context(ctx).env
     try:
         run_demo(env, load_demo_config(env), click.echo)

@@ -2,29 +2,16 @@
 
 from __future__ import annotations
 
-from datetime import date
-
 import click
 
-from pipeline.cli.context import bootstrap_option, cli_context
-from pipeline.ingest.job import failure_message, load_job_configs, run_backfill, run_nightly
-from pipeline.ingest.progress import Progress, print_summary
-
-
-def _date(ctx, param, value: str | None) -> date | None:
-    if value is None:
-        return None
-    try:
-        return date.fromisoformat(value)
-    except ValueError:
-        raise click.BadParameter(f"{value!r} is not a date (YYYY-MM-DD)") from None
+from pipeline.cli.context import bootstrap_option, cli_context, output_console, parse_date
 
 
 @click.command()
-@click.option("--run-date", callback=_date, metavar="YYYY-MM-DD",
+@click.option("--run-date", callback=parse_date, metavar="YYYY-MM-DD",
               help="Nightly: ingest new Kafka records, then build the dataset with this label cutoff.")
-@click.option("--start", callback=_date, metavar="YYYY-MM-DD", help="Backfill: first date of the dataset.")
-@click.option("--end", callback=_date, metavar="YYYY-MM-DD", help="Backfill: last date of the dataset.")
+@click.option("--start", callback=parse_date, metavar="YYYY-MM-DD", help="Backfill: first date of the dataset.")
+@click.option("--end", callback=parse_date, metavar="YYYY-MM-DD", help="Backfill: last date of the dataset.")
 @click.option("--from-kafka", is_flag=True, help="Backfill: catch the raw store up from Kafka first.")
 @click.option("--master", default=None, help="Spark master (local[2], local-cluster[2,1,1024], spark://host:7077); "
                                              "wins over $SPARK_MASTER and conf/<env>/ingest.toml.")
@@ -46,6 +33,9 @@ def ingest(ctx: click.Context, run_date, start, end, from_kafka: bool, master: s
         raise click.UsageError("--start needs --end")
     if run_date is not None and (end is not None or from_kafka):
         raise click.UsageError("--end and --from-kafka belong to a backfill (--start/--end)")
+    from pipeline.ingest.job import failure_message, load_job_configs, run_backfill, run_nightly
+    from pipeline.ingest.progress import Progress, print_summary
+
     progress = Progress(emit=click.echo)
     try:
         config, kafka = load_job_configs(cli_context(ctx).env, bootstrap_servers)
@@ -60,4 +50,4 @@ def ingest(ctx: click.Context, run_date, start, end, from_kafka: bool, master: s
         if message is None:
             raise
         raise click.ClickException(message) from exc
-    print_summary(report)
+    print_summary(report, output_console())

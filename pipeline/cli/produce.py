@@ -11,18 +11,20 @@ import dataclasses
 from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from pipeline.cli.context import bootstrap_option, cli_context
+from pipeline.cli.context import bootstrap_option, cli_context, output_console
 from pipeline.contract import Kind
 from pipeline.kafka.admin import KafkaUnavailable
 from pipeline.kafka.producer import DeliveryReport, publish_records, topic_for
 from pipeline.kafka.settings import KafkaConfig, load_kafka_config
-from pipeline.simulation.io import EventFileError, EventScan, read_event_lines, scan_events, write_rejects
+
+if TYPE_CHECKING:  # pipeline.simulation loads pandas: imported where a command runs
+    from pipeline.simulation.io import EventScan
 
 SHOWN_REJECTS = 20  # bad lines printed to the terminal; the reject file has all of them
 
@@ -64,8 +66,13 @@ def require_delivered(reports: list[DeliveryReport]) -> None:
 @click.pass_context
 def produce(ctx: click.Context, path: Path, topic: str | None, strict: bool, reject_file: Path | None,
             bootstrap_servers: str | None) -> None:
-    """Validate every line against the event contract and publish the valid ones, keyed per contract."""
-    console = Console(soft_wrap=True)  # long lines stay whole in logs
+    """Validate every line against the event contract and publish the valid ones, keyed per contract.
+
+    Every line ends either sent or rejected with a named reason (printed, and kept in the reject file).
+    """
+    from pipeline.simulation.io import EventFileError, read_event_lines, scan_events, write_rejects
+
+    console = output_console()
     kafka = kafka_from_cli(ctx, bootstrap_servers)
     try:
         scan = scan_events(read_event_lines(path))

@@ -1,28 +1,41 @@
 """``fraudctl register | promote | rollback | history | evaluate``: the MLflow registry commands.
 
 Thin: parse options, load ``conf/<env>/registry.toml``, call one function of ``pipeline.registry``,
-print. Expected failures (RegistryError, bad config) exit 1 with the message; ``promote`` exits 3
-when the gate rejects the challenger.
+print. Expected failures (RegistryError, bad config) exit 1 with the message, and so does a model
+name the store does not know (a typo must not read as an empty history); ``promote`` exits 3 when
+the gate rejects the challenger. The table of exit codes is README.md, "## Exit codes".
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
 import json
 import math
 from dataclasses import asdict
+from datetime import date
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from pipeline.cli.context import cli_context
+from pipeline.cli.context import cli_context, parse_date
 from pipeline.config import ConfigError
-from pipeline.registry.config import RegistryConfig, load_registry_config
-from pipeline.registry.errors import DatasetError, RegistryError
+from pipeline.registry.config import RegistryConfig, load_registry_config, resolved_tracking_uri
+from pipeline.registry.errors import (
+    CheckpointError,
+    DatasetError,
+    ModelLoadError,
+    NoChallenger,
+    NoChampion,
+    RegistryError,
+)
 
 # The pipeline.registry modules below config/errors import MLflow and torch (seconds); each command
 # imports what it uses so that `fraudctl broker ...` and `--help` stay fast.
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+
+SHOWN_MODEL_NAMES = 20  # registered models listed in an unknown-model error
 
 
 def _config(ctx: click.Context) -> RegistryConfig:
@@ -30,23 +43,33 @@ def _config(ctx: click.Context) -> RegistryConfig:
 
 
 def _expected_errors(f):
-    """RegistryError / ConfigError -> exit 1 with the message (nothing was changed)."""
+    """RegistryError / CheckpointError / ConfigError -> exit 1 with the message (nothing was changed)."""
     @functools.wraps(f)
     def wrapper(*args, **kwargs):
         try:
             return f(*args, **kwargs)
-        except (RegistryError, ConfigError) as exc:
+        except (RegistryError, CheckpointError, ConfigError) as exc:
             raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
     return wrapper
 
 
-def _date(ctx, param, value: str | None) -> str | None:
-    if value is None:
-        return None
-    try:
-        return dt.date.fromisoformat(value).isoformat()
-    except ValueError:
-        raise click.BadParameter(f"{value!r} is not a date (YYYY-MM-DD)") from None
+def _connect_to_model(config: RegistryConfig, name: str,
+                      missing: type[RegistryError] = RegistryError) -> MlflowClient:
+    """A client for the store, once it is known to hold registered model ``name``.
+
+    Raises ``missing`` (exit 1) naming the model, the store and the models it does hold: the command's
+    own error class, since an unregistered model also has no challenger, champion or loadable version.
+    """
+    from pipeline.registry.store import connect, model_exists
+
+    client = connect(config)
+    if model_exists(client, name):
+        return client
+    page = client.search_registered_models(max_results=SHOWN_MODEL_NAMES)
+    known = ", ".join(sorted(m.name for m in page) + (["..."] if page.token else [])) or "none yet"
+    raise missing(f"no registered model {name!r} in {resolved_tracking_uri(config)} (registered models: {known}). "
+                  "Fix model_name in conf/<env>/registry.toml (or the model URI), or register a training run "
+                  "first with `fraudctl register --run-dir ...`")
 
 
 def _json_safe(obj):
@@ -97,7 +120,9 @@ def promote(ctx: click.Context, dataset_root: Path | None, dataset_version: str 
     from pipeline.registry.promotion import run_gate
     from pipeline.registry.report import format_gate_report
 
-    report = run_gate(_config(ctx), dataset_root, dataset_version, actor)
+    config = _config(ctx)
+    _connect_to_model(config, config.model_name, missing=NoChallenger)
+    report = run_gate(config, dataset_root, dataset_version, actor)
     click.echo(report.to_json() if as_json else format_gate_report(report))
     ctx.exit(report.exit_code)
 
@@ -119,6 +144,7 @@ def rollback(ctx: click.Context, to_version: int | None, from_checkpoint: str | 
     from pipeline.registry.rollback import rollback_from_checkpoint
 
     config = _config(ctx)
+    _connect_to_model(config, config.model_name, missing=NoChampion)
     if from_checkpoint is not None:
         record = rollback_from_checkpoint(config, from_checkpoint, actor, reason)
     else:
@@ -136,10 +162,10 @@ def history(ctx: click.Context, as_json: bool, limit: int | None) -> None:
     """Current aliases and the audit history: promotions, rejections and rollbacks."""
     from pipeline.registry.audit import read_history
     from pipeline.registry.report import format_history
-    from pipeline.registry.store import CHALLENGER, CHAMPION, PREVIOUS_CHAMPION, connect, version_by_alias
+    from pipeline.registry.store import CHALLENGER, CHAMPION, PREVIOUS_CHAMPION, version_by_alias
 
     config = _config(ctx)
-    client = connect(config)
+    client = _connect_to_model(config, config.model_name)
     records = read_history(client, config.model_name)
     if limit is not None:
         records = records[-limit:]
@@ -156,8 +182,8 @@ def history(ctx: click.Context, as_json: bool, limit: int | None) -> None:
 
 @click.command()
 @click.option("--model-uri", required=True, help="e.g. models:/fraud-detector@champion, models:/fraud-detector/3, runs:/<id>/model")
-@click.option("--start", required=True, callback=_date, help="First date (YYYY-MM-DD), inclusive.")
-@click.option("--end", required=True, callback=_date, help="Last date (YYYY-MM-DD), inclusive.")
+@click.option("--start", required=True, callback=parse_date, help="First date (YYYY-MM-DD), inclusive.")
+@click.option("--end", required=True, callback=parse_date, help="Last date (YYYY-MM-DD), inclusive.")
 @click.option("--scores-out", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Write transaction_id, card_id, event_time, score, label as Parquet here.")
 @click.option("--dataset-root", type=click.Path(path_type=Path, file_okay=False), default=None,
@@ -165,19 +191,21 @@ def history(ctx: click.Context, as_json: bool, limit: int | None) -> None:
 @click.option("--dataset-version", default=None, help="Dataset version under the root (default: LATEST).")
 @click.pass_context
 @_expected_errors
-def evaluate(ctx: click.Context, model_uri: str, start: str, end: str, scores_out: Path | None,
+def evaluate(ctx: click.Context, model_uri: str, start: date, end: date, scores_out: Path | None,
              dataset_root: Path | None, dataset_version: str | None) -> None:
     """Score MODEL_URI on a published dataset window and print its metrics as JSON."""
     if start > end:
         raise click.BadParameter(f"--start {start} is after --end {end}")
-    from pipeline.registry.evaluate import dataset_root_of, evaluate_window
+    from pipeline.registry.evaluate import REGISTRY_URI, dataset_root_of, evaluate_window
     from pipeline.registry.store import connect
 
-    client = connect(_config(ctx))
+    config = _config(ctx)
+    registered = REGISTRY_URI.match(model_uri)
+    client = _connect_to_model(config, registered["name"], ModelLoadError) if registered else connect(config)
     root = dataset_root or dataset_root_of(client, model_uri)
     if root is None:
         raise DatasetError(f"{model_uri} records no training dataset root: pass --dataset-root")
-    report = evaluate_window(model_uri, root, start, end, scores_out, dataset_version)
+    report = evaluate_window(model_uri, root, start.isoformat(), end.isoformat(), scores_out, dataset_version)
     click.echo(json.dumps(_json_safe(report), sort_keys=True))
 
 

@@ -10,9 +10,6 @@ from pipeline.cli.context import cli_context
 from pipeline.config import ConfigError
 from pipeline.registry.config import load_registry_config
 from pipeline.registry.errors import RegistryError
-from pipeline.registry.tracking import register_run
-from pipeline.training.launch import TrainingJobFailed, default_run_dir, default_run_name, run_training
-from pipeline.training.progress import format_bytes
 
 
 @click.command()
@@ -35,6 +32,9 @@ def train(ctx: click.Context, nproc: int, run_name: str | None, dataset_root: Pa
     Prints rank 0's live progress, then validation metrics, gradient bytes saved and where the
     checkpoints and model are. Exit code 1 when the job fails (the message says why).
     """
+    from pipeline.training.launch import TrainingJobFailed, default_run_dir, default_run_name, run_training
+    from pipeline.training.progress import format_bytes
+
     run_dir = default_run_dir(run_name or default_run_name())
     click.echo(f"run directory: {run_dir}")
     try:
@@ -57,6 +57,8 @@ def train(ctx: click.Context, nproc: int, run_name: str | None, dataset_root: Pa
 
 def _register(env: str, run_dir: Path) -> None:
     """Every finished run becomes a registered `challenger`; the gate (`fraudctl promote`) decides the rest."""
+    from pipeline.registry.tracking import register_run
+
     try:
         config = load_registry_config(env)
         version = register_run(run_dir, config)

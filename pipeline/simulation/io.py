@@ -4,6 +4,11 @@ back line by line with per-line contract validation (what ``fraudctl produce`` r
 JSONL holds one compact UTF-8 JSON object per line. Parquet holds the contract columns; absent
 optional fields are nulls, which reading turns back into absent keys. Writes are atomic (temp
 file + rename), so a killed run never leaves a half-written file under the final name.
+
+Reading never fails on a line's content: every line of a readable file ends as a valid event or as
+a rejected line with a named reason (bytes that are not UTF-8, JSON nested past the recursion limit,
+an integer past Python's digit limit, a scalar or array, NaN or a lone surrogate that cannot be sent).
+Only a file that cannot be read at all raises :class:`EventFileError`.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.contract import Kind, Rejection, RejectReason, detect_kind, validate_object
@@ -141,20 +147,44 @@ def scan_events(lines: Iterable[EventLine]) -> EventScan:
 
 
 def parse_event(text: str) -> tuple[tuple[Kind, dict[str, Any]] | None, Rejection | None]:
-    """``((kind, record), None)`` for a valid event of either kind, else ``(None, rejection)``."""
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        return None, Rejection(RejectReason.MALFORMED_JSON, None, str(exc))
-    if not isinstance(obj, dict):
-        return None, Rejection(RejectReason.NOT_AN_OBJECT, None, f"got JSON {type(obj).__name__}")
+    """``((kind, record), None)`` for a valid event of either kind that can be sent as it is, else
+    ``(None, rejection)``. Never raises on the text's content."""
+    obj, rejection = _decode_object(text)
+    if rejection is not None:
+        return None, rejection
     kind = detect_kind(obj)
     if kind is None:
         return None, Rejection(RejectReason.MISSING_FIELD, None,
                                "neither a transaction (event_time, amount, card_id) nor a label "
                                "(is_fraud, reported_at)")
-    rejection = validate_object(obj, kind)
+    rejection = validate_object(obj, kind) or _unsendable(obj)
     return (None, rejection) if rejection else ((kind, obj), None)
+
+
+def _decode_object(text: str) -> tuple[dict[str, Any] | None, Rejection | None]:
+    try:
+        obj = json.loads(text)
+    except ValueError as exc:  # JSONDecodeError, and an integer longer than Python's 4300-digit limit
+        return None, Rejection(RejectReason.MALFORMED_JSON, None, str(exc))
+    except RecursionError:
+        return None, Rejection(RejectReason.MALFORMED_JSON, None, "JSON nested too deeply to decode")
+    if not isinstance(obj, dict):
+        return None, Rejection(RejectReason.NOT_AN_OBJECT, None, f"got JSON {type(obj).__name__}")
+    return obj, None
+
+
+def _unsendable(obj: dict[str, Any]) -> Rejection | None:
+    """Why the record's wire form (:func:`dumps_event`, UTF-8) cannot be built, if it cannot.
+
+    The contract checks its own fields; an extra field may still hold NaN/Infinity (``json.loads``
+    accepts them, JSON does not) or a lone surrogate from a ``\\ud800`` escape (no UTF-8 exists).
+    Rejected here, the line is named in the reject file instead of failing at delivery.
+    """
+    try:
+        dumps_event(obj).encode("utf-8")
+    except (ValueError, RecursionError) as exc:  # UnicodeEncodeError is a ValueError
+        return Rejection(RejectReason.MALFORMED_JSON, None, f"cannot be sent as UTF-8 JSON: {exc}")
+    return None
 
 
 def write_rejects(rejected: Iterable[RejectedLine], path: Path) -> int:
@@ -180,11 +210,14 @@ def _parquet_lines(path: Path) -> Iterator[EventLine]:
     except Exception as exc:  # pyarrow raises several types for a corrupt file
         raise EventFileError(f"{path}: not a readable Parquet file ({exc})") from exc
     row = 0
-    for batch in parquet.iter_batches(batch_size=_PARQUET_BATCH_ROWS):
-        for values in batch.to_pylist():
-            row += 1
-            obj = {k: v for k, v in values.items() if v is not None}
-            yield EventLine(row, json.dumps(obj, separators=(",", ":"), ensure_ascii=False, default=str))
+    try:
+        for batch in parquet.iter_batches(batch_size=_PARQUET_BATCH_ROWS):
+            for values in batch.to_pylist():
+                row += 1
+                obj = {k: v for k, v in values.items() if v is not None}
+                yield EventLine(row, json.dumps(obj, separators=(",", ":"), ensure_ascii=False, default=str))
+    except (pa.ArrowException, OSError) as exc:  # a corrupt page surfaces only when its row group is read
+        raise EventFileError(f"{path}: unreadable Parquet data after row {row} ({exc})") from exc
 
 
 class _atomic:

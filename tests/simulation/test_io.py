@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from pipeline.contract import Kind, RejectReason
@@ -64,7 +66,7 @@ def test_bad_lines_are_rejected_with_line_numbers_and_reasons(sim, tmp_path: Pat
     assert got == {
         2: (RejectReason.MALFORMED_JSON, None),
         3: (RejectReason.NOT_AN_OBJECT, None),
-        4: (RejectReason.NON_POSITIVE_AMOUNT, "amount"),
+        4: (RejectReason.NEGATIVE_AMOUNT, "amount"),
         6: (RejectReason.MISSING_FIELD, "card_id"),
         8: (RejectReason.BAD_TIME, "reported_at"),
         9: (RejectReason.MISSING_FIELD, None),
@@ -80,6 +82,50 @@ def test_bad_lines_are_rejected_with_line_numbers_and_reasons(sim, tmp_path: Pat
                      "raw": "{not json"}
 
 
+def _with_amount(record: dict, literal: str) -> bytes:
+    """``record`` as a JSON line whose amount is ``literal``, a number ``json.dumps`` would not write."""
+    return json.dumps({**record, "amount": "AMOUNT"}).replace('"AMOUNT"', literal).encode()
+
+
+def test_every_line_of_a_hostile_file_ends_valid_or_rejected_with_a_reason(sim, tmp_path: Path) -> None:
+    tx = next(sim.transaction_records())
+    open_tx = json.dumps(tx)[:-1]  # the transaction's fields with the object left open
+    malformed, not_object = RejectReason.MALFORMED_JSON, RejectReason.NOT_AN_OBJECT
+    hostile = [
+        (b"[" * 10_000 + b"]" * 10_000, malformed),  # nested past the recursion limit
+        (f'{open_tx}, "extra": {"{" * 10_000}{"}" * 10_000}}}'.encode(), malformed),  # same, inside an event
+        (b"\xc3\x28\xa0\xa1 not UTF-8", malformed),
+        (b"\x00", malformed),
+        (b"42", not_object),
+        (b'"a string"', not_object),
+        (b"null", not_object),
+        (b"[" + json.dumps(tx).encode() + b"]", not_object),
+        (_with_amount(tx, "9" * 5000), malformed),  # past Python's int-from-text digit limit
+        (_with_amount(tx, "9" * 400), RejectReason.NON_FINITE_AMOUNT),  # parses, but no float holds it
+        (_with_amount(tx, "1e999"), RejectReason.NON_FINITE_AMOUNT),
+        (_with_amount(tx, "NaN"), RejectReason.NON_FINITE_AMOUNT),
+        (f'{open_tx}, "extra": {"7" * 5000}}}'.encode(), malformed),
+        (f'{open_tx}, "score": NaN}}'.encode(), malformed),  # json.loads takes it; JSON and the wire do not
+        (f'{open_tx}, "score": -Infinity}}'.encode(), malformed),
+        (f'{open_tx}, "note": "\\ud800"}}'.encode(), malformed),  # a lone surrogate has no UTF-8 form
+        (json.dumps({**tx, "card_id": "\ud800"}).encode(), malformed),
+    ]
+    path = tmp_path / "hostile.jsonl"
+    path.write_bytes(b"\n".join([json.dumps(tx).encode(), *(line for line, _ in hostile), json.dumps(tx).encode()]))
+
+    scan = scan_events(read_event_lines(path))
+
+    last = len(hostile) + 2
+    assert [e.line_no for e in scan.valid] == [1, last]
+    assert {r.line_no: r.rejection.reason for r in scan.rejected} == {
+        line_no: reason for line_no, (_, reason) in enumerate(hostile, start=2)}
+    assert all(r.rejection.detail for r in scan.rejected)
+    rejects = tmp_path / "rejects.jsonl"
+    assert write_rejects(scan.rejected, rejects) == len(hostile)
+    assert [json.loads(line)["line"] for line in rejects.read_text(encoding="utf-8").splitlines()] == list(
+        range(2, last))
+
+
 def test_unreadable_files_raise_a_named_error(tmp_path: Path) -> None:
     with pytest.raises(EventFileError, match="no such file"):
         list(read_event_lines(tmp_path / "missing.jsonl"))
@@ -91,3 +137,16 @@ def test_unreadable_files_raise_a_named_error(tmp_path: Path) -> None:
     broken.write_bytes(b"PAR1 not really")
     with pytest.raises(EventFileError, match="Parquet"):
         list(read_event_lines(broken))
+
+
+def test_a_parquet_file_corrupt_past_its_first_row_group_raises_a_named_error(tmp_path: Path) -> None:
+    rows = 200_000
+    table = pa.table({"schema_version": [1] * rows, "card_id": [f"card-{i}" for i in range(rows)]})
+    path = tmp_path / "events.parquet"
+    pq.write_table(table, path, row_group_size=50_000)
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2  # footer intact, so the file opens; a later row group is garbage
+    data[middle:middle + 2000] = b"\xab" * 2000
+    path.write_bytes(bytes(data))
+    with pytest.raises(EventFileError, match="unreadable Parquet data after row"):
+        list(read_event_lines(path))
