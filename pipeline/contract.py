@@ -147,15 +147,26 @@ def validate_event(raw: bytes | str, kind: Kind) -> tuple[dict[str, Any] | None,
     """
     try:
         text = raw.decode("utf-8") if isinstance(raw, bytes | bytearray) else raw
+    except UnicodeDecodeError as exc:
+        return None, Rejection(RejectReason.MALFORMED_JSON, None, str(exc))
+    obj, rejection = decode_object(text)
+    if rejection is not None:
+        return None, rejection
+    rejection = validate_object(obj, kind)
+    return (None, rejection) if rejection else (obj, None)
+
+
+def decode_object(text: str) -> tuple[dict[str, Any] | None, Rejection | None]:
+    """JSON text -> object, or the rejection that names why it is not one. Never raises."""
+    try:
         obj = json.loads(text)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except ValueError as exc:  # JSONDecodeError, and an integer longer than Python's 4300-digit limit
         return None, Rejection(RejectReason.MALFORMED_JSON, None, str(exc))
     except RecursionError:
         return None, Rejection(RejectReason.MALFORMED_JSON, None, "JSON nested too deeply to decode")
     if not isinstance(obj, dict):
         return None, Rejection(RejectReason.NOT_AN_OBJECT, None, f"got JSON {type(obj).__name__}")
-    rejection = validate_object(obj, kind)
-    return (None, rejection) if rejection else (obj, None)
+    return obj, None
 
 
 def validate_object(obj: dict[str, Any], kind: Kind) -> Rejection | None:

@@ -143,3 +143,8 @@ def test_keys_and_kind_detection_follow_the_contract():
     assert detect_kind(GOOD_TX) is Kind.TRANSACTION
     assert detect_kind(GOOD_LABEL) is Kind.LABEL
     assert detect_kind({"foo": 1}) is None
+
+
+def test_an_integer_too_long_to_parse_is_malformed_json_not_an_exception():
+    record, rejection = validate_event(b'{"schema_version": 1, "amount": ' + b"9" * 5000 + b"}", Kind.TRANSACTION)
+    assert record is None and rejection.reason is RejectReason.MALFORMED_JSON

@@ -24,7 +24,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.contract import Kind, Rejection, RejectReason, detect_kind, validate_object
+from pipeline.contract import Kind, Rejection, RejectReason, decode_object, detect_kind, validate_object
 from pipeline.kafka.producer import dumps_event
 from pipeline.simulation.simulator import Simulation
 
@@ -149,7 +149,7 @@ def scan_events(lines: Iterable[EventLine]) -> EventScan:
 def parse_event(text: str) -> tuple[tuple[Kind, dict[str, Any]] | None, Rejection | None]:
     """``((kind, record), None)`` for a valid event of either kind that can be sent as it is, else
     ``(None, rejection)``. Never raises on the text's content."""
-    obj, rejection = _decode_object(text)
+    obj, rejection = decode_object(text)
     if rejection is not None:
         return None, rejection
     kind = detect_kind(obj)
@@ -159,18 +159,6 @@ def parse_event(text: str) -> tuple[tuple[Kind, dict[str, Any]] | None, Rejectio
                                "(is_fraud, reported_at)")
     rejection = validate_object(obj, kind) or _unsendable(obj)
     return (None, rejection) if rejection else ((kind, obj), None)
-
-
-def _decode_object(text: str) -> tuple[dict[str, Any] | None, Rejection | None]:
-    try:
-        obj = json.loads(text)
-    except ValueError as exc:  # JSONDecodeError, and an integer longer than Python's 4300-digit limit
-        return None, Rejection(RejectReason.MALFORMED_JSON, None, str(exc))
-    except RecursionError:
-        return None, Rejection(RejectReason.MALFORMED_JSON, None, "JSON nested too deeply to decode")
-    if not isinstance(obj, dict):
-        return None, Rejection(RejectReason.NOT_AN_OBJECT, None, f"got JSON {type(obj).__name__}")
-    return obj, None
 
 
 def _unsendable(obj: dict[str, Any]) -> Rejection | None:
