@@ -10,8 +10,14 @@ start the driver with whatever ``python3`` is on the PATH.)
 Nightly (``--run-date D``): new Kafka records -> raw store, then the dataset whose label cutoff is
 D. Backfill (``--start/--end``): the dataset for that range from the raw store (first catching up
 from Kafka with ``--from-kafka``). Under spark-submit, its ``--master`` is used unless this
-script's own ``--master`` is given. Exit codes: 0 success, 1 failure (message on stderr),
-2 bad arguments.
+script's own ``--master`` is given. Exit codes: 0 success, 1 failure (one line on stderr that says
+what to do: Kafka unreachable, dates that cannot make the configured dataset, a dataset too small
+to publish, ...), 2 bad arguments.
+
+The terminal shows the job's own lines; Spark's, py4j's and librdkafka's go to the run log,
+``<state>/logs/ingest/<run_id>.log`` (``[logs]`` in ingest.toml), named on the first line and in
+the failure message. Under spark-submit, Spark's start-up lines precede the job's log4j setup; add
+``--driver-java-options -Dlog4j2.configurationFile=...`` to send those elsewhere too.
 """
 
 from __future__ import annotations

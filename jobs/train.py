@@ -3,7 +3,10 @@
     torchrun --nproc-per-node 2 jobs/train.py --env dev --run-dir .state/runs/r1 --dataset-root ...
 
 Exit codes: 0 trained (summary.json written); 1 training failed (message on stderr: diverged,
-replicas mismatched, bad config or dataset); torchrun restarts failed workers up to --max-restarts.
+replicas mismatched, a corrupt checkpoint); 2 the job cannot run as configured (bad arguments or
+config, missing or unusable dataset, batch geometry, run directory in use: see
+pipeline/training/preflight.py), and no retry can help. torchrun restarts failed workers up to
+--max-restarts whatever the code; ``fraudctl train`` runs the same checks before it starts torchrun.
 """
 
 from __future__ import annotations
@@ -16,23 +19,24 @@ from pathlib import Path
 # torchrun runs this file as a script: make the project importable without an install.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline.config import ConfigError  # noqa: E402
-from pipeline.datasets.manifest import ManifestError  # noqa: E402
-from pipeline.paths import resolve_state_path  # noqa: E402
 from pipeline.training.checkpoint import CheckpointError  # noqa: E402
-from pipeline.training.comm_hooks import CompressionUnsupported  # noqa: E402
 from pipeline.training.config import load_train_config  # noqa: E402
-from pipeline.training.data import DataConfigError  # noqa: E402
 from pipeline.training.distributed import (  # noqa: E402
     ReplicaMismatch,
     destroy_distributed,
     init_distributed,
     log_rank,
 )
-from pipeline.training.trainer import RunDirectoryInUse, Trainer, TrainingDiverged  # noqa: E402
+from pipeline.training.preflight import (  # noqa: E402
+    CANNOT_START_ERRORS,
+    EXIT_CANNOT_START,
+    check_startable,
+    resolve_dataset_root,
+)
+from pipeline.training.trainer import Trainer, TrainingDiverged  # noqa: E402
 
-EXPECTED_FAILURES = (ConfigError, ManifestError, CheckpointError, CompressionUnsupported, DataConfigError,
-                     ReplicaMismatch, RunDirectoryInUse, TrainingDiverged)
+# Failures of a run that had started (exit 1; a restart resumes from the last checkpoint).
+RUN_FAILURES = (CheckpointError, ReplicaMismatch, TrainingDiverged)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -52,13 +56,17 @@ def main(argv: list[str] | None = None) -> int:
         config = load_train_config(args.env, args.config)
         if args.no_resume:
             config = dataclasses.replace(config, checkpoint=dataclasses.replace(config.checkpoint, resume=False))
-        dataset_root = resolve_state_path(args.dataset_root or config.data.dataset_root)
+        dataset_root = resolve_dataset_root(config, args.dataset_root)
         env = init_distributed()
         try:
+            check_startable(config, dataset_root, env.world_size)
             Trainer(config, args.run_dir, dataset_root, env).train()
         finally:
             destroy_distributed()
-    except EXPECTED_FAILURES as exc:
+    except CANNOT_START_ERRORS as exc:
+        log_rank(f"training failed: {type(exc).__name__}: {exc}")
+        return EXIT_CANNOT_START
+    except RUN_FAILURES as exc:
         log_rank(f"training failed: {type(exc).__name__}: {exc}")
         return 1
     return 0

@@ -2,7 +2,8 @@
 
 Each component receives only its slice: the session builder gets :class:`SparkConfig`, the Kafka
 source :class:`SourceConfig`, the raw store :class:`RawStoreConfig`, the feature transforms
-:class:`pipeline.features.transforms.FeatureParams`, the dataset builder :class:`DatasetConfig`.
+:class:`pipeline.features.transforms.FeatureParams`, the dataset builder :class:`DatasetConfig`,
+the run log :class:`LogConfig`.
 Connection settings (Spark master) may be overridden by ``$SPARK_MASTER`` and by ``--master``.
 """
 
@@ -27,7 +28,7 @@ class SparkConfig:
     driver_memory: str = "2g"  # only applies when this process starts the JVM (not under spark-submit)
     loopback_only: bool = True  # bind the driver to 127.0.0.1 (embedded/dev); false on a real cluster
     ui_enabled: bool = False  # the UI would listen on all interfaces; enable on a cluster
-    log_level: str = "WARN"
+    log_level: str = "WARN"  # Spark's own lines at or above this reach the run log (never the terminal)
     conf: dict[str, str] = field(default_factory=dict)  # extra spark.* settings passed through verbatim
 
 
@@ -58,6 +59,18 @@ class RawStoreConfig:
 
 
 @dataclass(frozen=True)
+class SplitMinimums:
+    """One least count per split (``min_rows = { train = 1000, validation = 200, test = 200 }``)."""
+
+    train: int
+    validation: int
+    test: int
+
+    def of(self, split: str) -> int:
+        return getattr(self, split)
+
+
+@dataclass(frozen=True)
 class DatasetConfig:
     """The training dataset a run publishes (see :mod:`pipeline.ingest.dataset_builder`)."""
 
@@ -68,6 +81,11 @@ class DatasetConfig:
     train_days: int = 14
     validation_days: int = 3
     test_days: int = 3
+    # A build with a split below these is refused before anything is published (DatasetTooSmall).
+    # The defaults are the floor that is never right to cross: no empty split, and a train split with
+    # at least one fraud to learn from; environments set real floors (conf/prod/ingest.toml).
+    min_rows: SplitMinimums = field(default_factory=lambda: SplitMinimums(train=1, validation=1, test=1))
+    min_frauds: SplitMinimums = field(default_factory=lambda: SplitMinimums(train=1, validation=0, test=0))
 
     def dataset_root(self) -> Path:
         return resolve_state_path(self.root) if self.root else state_dir() / "datasets" / self.name
@@ -77,6 +95,21 @@ class DatasetConfig:
         return self.train_days + self.validation_days + self.test_days
 
 
+PythonLogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    """The run log (see :mod:`pipeline.ingest.run_log`): Spark, py4j and librdkafka lines of a run
+    go to ``<dir>/<run_id>.log`` instead of the terminal."""
+
+    dir: str = "logs/ingest"  # relative paths are under the state directory
+    level: PythonLogLevel = "INFO"  # librdkafka and py4j lines; Spark's use [spark].log_level
+
+    def directory(self) -> Path:
+        return resolve_state_path(self.dir)
+
+
 @dataclass(frozen=True)
 class IngestConfig:
     spark: SparkConfig = field(default_factory=SparkConfig)
@@ -84,6 +117,11 @@ class IngestConfig:
     raw: RawStoreConfig = field(default_factory=RawStoreConfig)
     features: FeatureParams = field(default_factory=FeatureParams)
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    logs: LogConfig = field(default_factory=LogConfig)
+
+
+# What SparkContext.setLogLevel accepts (and the run log's log4j configuration).
+SPARK_LOG_LEVELS = ("ALL", "TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF")
 
 
 def validate_ingest_config(config: IngestConfig, source: str = "ingest.toml") -> IngestConfig:
@@ -97,6 +135,12 @@ def validate_ingest_config(config: IngestConfig, source: str = "ingest.toml") ->
             problems.append(f"dataset.{key} must be >= 1, got {getattr(d, key)}")
     if d.label_maturity_days < 0:
         problems.append(f"dataset.label_maturity_days must be >= 0, got {d.label_maturity_days}")
+    for key in ("min_rows", "min_frauds"):
+        for split, value in vars(getattr(d, key)).items():
+            if value < 0:
+                problems.append(f"dataset.{key}.{split} must be >= 0, got {value}")
+    if config.spark.log_level.upper() not in SPARK_LOG_LEVELS:
+        problems.append(f"spark.log_level must be one of {', '.join(SPARK_LOG_LEVELS)}, got {config.spark.log_level!r}")
     if config.source.max_records_per_split < 1 or config.source.fetch_batch < 1:
         problems.append("source.max_records_per_split and source.fetch_batch must be >= 1")
     if config.raw.max_lateness_days <= 0 or config.raw.max_clock_skew_s < 0:

@@ -2,6 +2,9 @@
 
 Publication order (readers trust only manifests):
 1. shards go to ``<root>/data/.build-<run_id>/`` (a killed build leaves only this, deleted later);
+   if a split holds fewer rows or frauds than configured, the build directory is removed and
+   :class:`~pipeline.ingest.dataset_plan.DatasetTooSmall` raised: no version, manifest or
+   ``LATEST`` change;
 2. the content hash over shard hashes and schema names the version; the directory is renamed to
    ``<root>/data/<version>/`` (if that version already exists, its files are verified and kept:
    rerunning a build is a no-op that reproduces the same hash);
@@ -30,7 +33,7 @@ from pipeline.datasets.manifest import (
 from pipeline.features import definitions as fd
 from pipeline.features.transforms import FeatureParams, build_features, labels_as_of
 from pipeline.ingest.config import DatasetConfig
-from pipeline.ingest.dataset_plan import SPLITS, DatasetPlan
+from pipeline.ingest.dataset_plan import SPLITS, DatasetPlan, check_split_sizes, split_counts
 from pipeline.ingest.raw_store import RawStore
 from pipeline.ingest.shards import SHARD_SCHEMA, write_empty_shards, write_shards
 
@@ -94,13 +97,22 @@ def _place_version(build_dir: Path, final_dir: Path, shards: list[ShardInfo]) ->
 
 def build_dataset(spark: SparkSession, store: RawStore, plan: DatasetPlan, config: DatasetConfig,
                   params: FeatureParams, run_id: str) -> DatasetSummary:
-    """Build, write and publish the dataset of ``plan``; idempotent for unchanged raw data."""
+    """Build, write and publish the dataset of ``plan``; idempotent for unchanged raw data.
+
+    Raises :class:`~pipeline.ingest.dataset_plan.DatasetTooSmall` (nothing published) when a split
+    is below ``config.min_rows`` / ``config.min_frauds``.
+    """
     root = config.dataset_root()
     data = root / "data"
     for stale in data.glob(".build-*"):  # killed builds (callers hold the ingest lock)
         shutil.rmtree(stale, ignore_errors=True)
     build_dir = data / f".build-{run_id}"
     written = write_shards(dataset_rows(spark, store, plan, params), build_dir, config.num_shards_per_date)
+    try:
+        check_split_sizes(plan, split_counts(plan.splits, written), config, data_until(store))
+    except Exception:
+        shutil.rmtree(build_dir, ignore_errors=True)
+        raise
     shards = written + write_empty_shards(build_dir, _days(plan), config.num_shards_per_date, written)
     schema = schema_description(plan, config)
     digest = content_hash(shards, schema)
@@ -133,12 +145,11 @@ def _manifest(config: DatasetConfig, plan: DatasetPlan, version: str, digest: st
 
 
 def _summary(config: DatasetConfig, root: Path, manifest: DatasetManifest, path: Path, reused: bool) -> DatasetSummary:
-    splits = {}
-    for name in SPLITS:
-        shards = manifest.shards_for(name)
-        window = manifest.splits[name]
-        splits[name] = {"start": window.start, "end": window.end, "shards": len(shards),
-                        "rows": sum(s.rows for s in shards), "frauds": sum(s.frauds for s in shards)}
+    counts = split_counts(manifest.splits, manifest.shards)
+    splits = {name: {"start": manifest.splits[name].start, "end": manifest.splits[name].end,
+                     "shards": len(manifest.shards_for(name)), "rows": counts[name].rows,
+                     "frauds": counts[name].frauds}
+              for name in SPLITS}
     return DatasetSummary(
         name=config.name, root=str(root), version=manifest.version, manifest_path=str(path),
         content_hash=manifest.content_hash, label_cutoff=manifest.label_cutoff,

@@ -1,13 +1,19 @@
-"""Which dates a dataset covers, how they split, and which labels count: pure date arithmetic.
+"""Which dates a dataset covers, how they split, which labels count, and what each split must
+hold to be published: pure arithmetic.
 
 A build is fixed by its label cutoff ``C`` (labels reported before the end of day ``C`` count) and
 its last date ``E = C - label_maturity_days``: every transaction up to ``E`` has had the full
 maturity period, so "no fraud report" means genuine and no immature row enters the dataset.
-The days ``[S, E]`` split into consecutive windows: train, then validation, then test (latest).
+The days ``[S, E]`` split into consecutive windows of the configured lengths: train, then
+validation, then test (latest).
 
-* nightly run for day ``D``: ``C = D``; the window holds the configured train/validation/test days;
-* backfill ``[D1, D2]``: rows from ``D1`` to ``D2``; ``C = D2 + maturity`` unless the raw store's
-  data ends earlier (then ``C`` is that last date and ``E`` shrinks accordingly).
+* nightly run for day ``D``: ``C = D``;
+* backfill ``[D1, D2]``: ``C = D2 + maturity``; the range must be exactly the configured window and
+  the raw store must already hold day ``C``. Anything else is refused (:class:`PlanError`), never
+  quietly reshaped into a layout the config did not ask for.
+
+A built dataset is published only if every split reaches ``dataset.min_rows`` and
+``dataset.min_frauds`` (:func:`check_split_sizes`, else :class:`DatasetTooSmall`).
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import math
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 
-from pipeline.datasets.manifest import DateWindow
+from pipeline.datasets.manifest import DateWindow, ShardInfo
 from pipeline.features.definitions import LOOKBACK_DAYS
 from pipeline.features.transforms import FeatureParams
 from pipeline.ingest.config import DatasetConfig
@@ -26,6 +32,10 @@ SPLITS = ("train", "validation", "test")
 
 class PlanError(ValueError):
     """The requested dates cannot produce a dataset; the message says what to change."""
+
+
+class DatasetTooSmall(ValueError):
+    """A built dataset has a split below the configured minimum rows or frauds; it was not published."""
 
 
 @dataclass(frozen=True)
@@ -82,14 +92,63 @@ def plan_nightly(run_date: date, config: DatasetConfig) -> DatasetPlan:
 
 
 def plan_backfill(start: date, end: date, config: DatasetConfig, data_until: date | None) -> DatasetPlan:
-    """``data_until``: the latest date the raw store holds (None when it is empty)."""
+    """The dataset whose rows span exactly ``[start, end]``, labels as of ``end + maturity``.
+
+    ``data_until``: the latest date the raw store holds (None when it is empty). Raises
+    :class:`PlanError` when the range is not the configured window or its labels are not mature
+    in the raw store yet; the message says what the store holds and what the request needs.
+    """
     if end < start:
         raise PlanError(f"--end {end} is before --start {start}")
+    days = (end - start).days + 1
+    if days != config.window_days:
+        first = end - timedelta(days=config.window_days - 1)
+        raise PlanError(
+            f"--start {start} --end {end} spans {days} days, but [dataset] in ingest.toml lays out "
+            f"{config.window_days} (train_days {config.train_days} + validation_days {config.validation_days} "
+            f"+ test_days {config.test_days}): use --start {first} --end {end}, or change those day counts")
     if data_until is None:
         raise PlanError("the raw store is empty: ingest from Kafka first (nightly run, or backfill --from-kafka)")
-    cutoff = min(end + timedelta(days=config.label_maturity_days), data_until)
-    last = min(end, cutoff - timedelta(days=config.label_maturity_days))
-    if last < start:
-        raise PlanError(f"no date in {start}..{end} is mature: the raw store ends {data_until} and labels need "
-                        f"{config.label_maturity_days} days to mature; pick an earlier range")
-    return DatasetPlan(cutoff, split_windows(start, last, config))
+    plan = plan_nightly(end + timedelta(days=config.label_maturity_days), config)
+    if data_until < plan.label_cutoff:
+        latest_end = data_until - timedelta(days=config.label_maturity_days)
+        raise PlanError(
+            f"labels for --end {end} mature on {plan.label_cutoff} (label_maturity_days "
+            f"{config.label_maturity_days}), but the raw store's transactions end on {data_until}: ingest up to "
+            f"{plan.label_cutoff} first (nightly run, or --from-kafka), or end the range on or before {latest_end} "
+            f"(--start {latest_end - timedelta(days=config.window_days - 1)} --end {latest_end})")
+    return plan
+
+
+@dataclass(frozen=True)
+class SplitCount:
+    rows: int
+    frauds: int
+
+
+def split_counts(splits: dict[str, DateWindow], shards: list[ShardInfo] | tuple[ShardInfo, ...]) -> dict[str, SplitCount]:
+    """Rows and frauds per split: a shard counts for the split whose window holds its date."""
+    return {name: SplitCount(sum(s.rows for s in shards if window.contains(s.date)),
+                             sum(s.frauds for s in shards if window.contains(s.date)))
+            for name, window in splits.items()}
+
+
+def check_split_sizes(plan: DatasetPlan, counts: dict[str, SplitCount], config: DatasetConfig,
+                      data_until: date | None) -> None:
+    """Raise :class:`DatasetTooSmall` naming every split below ``min_rows`` / ``min_frauds``.
+
+    ``data_until`` (the raw store's latest transaction date) goes into the message: a window past
+    the data is the usual cause.
+    """
+    short = []
+    for name in SPLITS:
+        window, count = plan.splits[name], counts.get(name, SplitCount(0, 0))
+        if count.rows < config.min_rows.of(name) or count.frauds < config.min_frauds.of(name):
+            short.append(f"{name} {window.start}..{window.end} has {count.rows} rows and {count.frauds} frauds "
+                         f"(needs {config.min_rows.of(name)} and {config.min_frauds.of(name)})")
+    if short:
+        held = f"The raw store's transactions end on {data_until}" if data_until else "The raw store is empty"
+        raise DatasetTooSmall(
+            f"dataset for label cutoff {plan.label_cutoff} not published, too small: {'; '.join(short)}. "
+            f"{held}. Pick a run date (or range) whose windows hold that much data, or lower "
+            f"dataset.min_rows / dataset.min_frauds in ingest.toml; LATEST is unchanged")

@@ -9,6 +9,9 @@ benchmark call.
 
 All hold the raw store's lock for the whole run and are idempotent: rerunning with unchanged
 Kafka data commits an empty run and republishes the same dataset version (same content hash).
+A dataset with a split below the configured minimums is not published (``DatasetTooSmall``);
+Kafka records the run landed stay committed. Library log lines (Spark, py4j, librdkafka) go to
+the run log, ``<state>/logs/ingest/<run_id>.log`` by default (:mod:`pipeline.ingest.run_log`).
 """
 
 from __future__ import annotations
@@ -27,19 +30,20 @@ from pipeline.datasets.manifest import ManifestError
 from pipeline.ingest.accounting import AccountingError, TopicAccounting
 from pipeline.ingest.config import IngestConfig, load_ingest_config
 from pipeline.ingest.dataset_builder import DatasetSummary, build_dataset, data_until
-from pipeline.ingest.dataset_plan import DatasetPlan, PlanError, plan_backfill, plan_nightly
+from pipeline.ingest.dataset_plan import DatasetPlan, DatasetTooSmall, PlanError, plan_backfill, plan_nightly
 from pipeline.ingest.kafka_source import KafkaReadError
 from pipeline.ingest.offsets import OffsetGapError
 from pipeline.ingest.progress import Progress, StageRecord
 from pipeline.ingest.raw_ingest import land_and_commit, prepare_run
 from pipeline.ingest.raw_store import IngestLocked, RawStore
+from pipeline.ingest.run_log import RUN_LOG_NOTE, RunLog, routed_python_logs, run_log_for
 from pipeline.ingest.session import build_spark_session
 from pipeline.kafka.admin import KafkaUnavailable
 from pipeline.kafka.settings import KafkaConfig, load_kafka_config
 
 # Failures whose message tells the operator what to do (exit 1, no trace).
-OPERATOR_ERRORS = (KafkaUnavailable, KafkaReadError, OffsetGapError, PlanError, IngestLocked, AccountingError,
-                   ConfigError, ManifestError)
+OPERATOR_ERRORS = (KafkaUnavailable, KafkaReadError, OffsetGapError, PlanError, DatasetTooSmall, IngestLocked,
+                   AccountingError, ConfigError, ManifestError)
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,7 @@ class IngestReport:
     dataset: DatasetSummary | None
     run_manifest: str | None
     stages: tuple[StageRecord, ...]
+    log_file: str | None = None  # the run log (Spark, py4j and librdkafka lines)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -72,13 +77,15 @@ def load_job_configs(env: str | None, bootstrap_servers: str | None = None) -> t
 
 
 @contextmanager
-def _session(config: IngestConfig, spark: SparkSession | None, master: str | None) -> Iterator[SparkSession]:
-    """The caller's session, the process's active one, or one built for this run and stopped after it."""
+def _session(config: IngestConfig, spark: SparkSession | None, master: str | None,
+             run_log: RunLog) -> Iterator[SparkSession]:
+    """The caller's session, the process's active one, or one built for this run and stopped after it
+    (only that one logs to the run log: another session's logging is its owner's business)."""
     spark = spark or SparkSession.getActiveSession()
     if spark is not None:
         yield spark
         return
-    own = build_spark_session(config.spark, master)
+    own = build_spark_session(config.spark, master, run_log.path)
     try:
         yield own
     finally:
@@ -91,11 +98,13 @@ def _run(config: IngestConfig, kafka: KafkaConfig | None, mode: str, plan_for, *
     progress = progress or Progress()
     run_id = new_run_id()
     store = RawStore(config.raw.root())
-    with store.locked():
+    run_log = run_log_for(config.logs, run_id)
+    progress.emit(f"{progress.prefix} run {run_id}: Spark and Kafka client logs go to {run_log.path}")
+    with routed_python_logs(run_log), store.locked():
         plans = prepare_run(store, kafka, allow_data_loss, progress) if kafka is not None else None
         # Plan the dataset before Spark starts when the raw store will not change (fail fast).
         plan: DatasetPlan | None = plan_for(store) if plan_for is not None and plans is None else None
-        with _session(config, spark, master) as session:
+        with _session(config, spark, master, run_log) as session:
             landed = (land_and_commit(session, store, config, kafka, plans, run_id, allow_data_loss, progress)
                       if plans is not None else None)
             dataset = None
@@ -106,7 +115,7 @@ def _run(config: IngestConfig, kafka: KafkaConfig | None, mode: str, plan_for, *
                     counts.update(version=dataset.version, rows=dataset.rows, frauds=dataset.frauds,
                                   reused=dataset.reused)
     return IngestReport(run_id, mode, landed.accounting if landed else (), dataset,
-                        landed.run_manifest if landed else None, tuple(progress.stages))
+                        landed.run_manifest if landed else None, tuple(progress.stages), str(run_log.path))
 
 
 def run_nightly(config: IngestConfig, kafka: KafkaConfig, run_date: date, *, allow_data_loss: bool = False,
@@ -139,12 +148,16 @@ def failure_message(exc: BaseException) -> str | None:
     """An operator-facing one-liner for an expected failure, or None for a bug (show the trace).
 
     Errors raised inside executor tasks (a Kafka read that failed) reach the driver wrapped in
-    Spark's exceptions; their own message is dug out.
+    Spark's exceptions; their own message is dug out. The run log's path (an exception note added
+    by the run) is appended: the stack traces and client lines are there, not on the terminal.
     """
     if isinstance(exc, OPERATOR_ERRORS):
-        return f"{type(exc).__name__}: {exc}"
-    text = str(exc)
-    marker = f"{KafkaReadError.__name__}: "
-    if marker in text:
-        return marker + text.split(marker, 1)[1].splitlines()[0]
-    return None
+        message = f"{type(exc).__name__}: {exc}"
+    else:
+        text = str(exc)
+        marker = f"{KafkaReadError.__name__}: "
+        if marker not in text:
+            return None
+        message = marker + text.split(marker, 1)[1].splitlines()[0]
+    notes = [n for n in getattr(exc, "__notes__", ()) if n.startswith(RUN_LOG_NOTE)]
+    return f"{message} ({notes[-1]})" if notes else message

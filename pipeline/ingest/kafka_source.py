@@ -4,7 +4,8 @@ Default: :class:`KafkaBatchSource`, a PySpark (4.x) Python data source. The driv
 input partition per topic-partition offset range (split into chunks of at most
 ``max_records_per_split``); each executor task assigns itself that partition with confluent-kafka
 (no consumer group, nothing committed to Kafka), reads exactly ``[start, end)`` and yields Arrow
-record batches, so no per-row Python objects cross into the JVM.
+record batches, so no per-row Python objects cross into the JVM. The tasks' librdkafka lines go
+to the run log of the run that reads (:mod:`pipeline.ingest.run_log`), not to the console.
 
 ``format = "kafka"`` uses Spark's built-in source instead. It needs the spark-sql-kafka jar on the
 classpath (``spark-submit --packages org.apache.spark:spark-sql-kafka-0-10_2.13:<version>``), which
@@ -27,7 +28,8 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from pipeline.ingest.config import SourceConfig
 from pipeline.ingest.offsets import OffsetRange
-from pipeline.kafka.settings import KafkaConfig
+from pipeline.ingest.run_log import ACTIVE_RUN_LOG, route_task_logs
+from pipeline.kafka.settings import KafkaConfig, with_log_routing
 
 SOURCE_NAME = "fraud_kafka"
 RECORD_COLUMNS = ("topic", "partition", "offset", "timestamp", "key", "value")
@@ -73,9 +75,9 @@ class _RangeReader:
         from confluent_kafka import Consumer, TopicPartition
 
         self.r, self.stall_timeout_s, self.allow_data_loss = r, stall_timeout_s, allow_data_loss
-        self.consumer = Consumer({**client, "group.id": "fraud-ingest-reader", "enable.auto.commit": False,
-                                  "auto.offset.reset": "earliest" if allow_data_loss else "error",
-                                  "enable.partition.eof": True})
+        self.consumer = Consumer(with_log_routing({
+            **client, "group.id": "fraud-ingest-reader", "enable.auto.commit": False,
+            "auto.offset.reset": "earliest" if allow_data_loss else "error", "enable.partition.eof": True}))
         self.consumer.assign([TopicPartition(r.topic, r.partition, r.start)])
         self.expected = r.start  # next offset wanted
         self.last_progress = time.monotonic()
@@ -173,6 +175,7 @@ class KafkaBatchReader(DataSourceReader):
         self.allow_data_loss = options["allow_data_loss"] == "true"
         transform = options.get("transform")
         self.transform = BatchTransform(**json.loads(transform)) if transform else None
+        self.log_file, self.log_level = options.get("log_file"), options.get("log_level", "INFO")
 
     def partitions(self) -> list[InputPartition]:
         chunks = [c for r in self.ranges for c in split_range(r, self.max_records)]
@@ -182,6 +185,8 @@ class KafkaBatchReader(DataSourceReader):
     def read(self, partition: KafkaRangePartition) -> Iterator[pa.RecordBatch]:
         if partition.range.count == 0:
             return iter(())
+        if self.log_file:
+            route_task_logs(self.log_file, self.log_level)
         batches = read_range(self.client, partition.range, self.fetch_batch, self.stall_timeout_s,
                              self.allow_data_loss)
         return self.transform.resolve()(batches, self.transform.args) if self.transform else batches
@@ -190,7 +195,8 @@ class KafkaBatchReader(DataSourceReader):
 class KafkaBatchSource(DataSource):
     """``spark.read.format("fraud_kafka")``: options ``client`` (JSON librdkafka settings), ``ranges``
     (JSON list of OffsetRange fields), ``max_records_per_split``, ``fetch_batch``, ``stall_timeout_s``,
-    ``allow_data_loss`` and optionally ``transform`` (JSON :class:`BatchTransform`)."""
+    ``allow_data_loss`` and optionally ``transform`` (JSON :class:`BatchTransform`), ``log_file`` and
+    ``log_level`` (where the tasks' librdkafka lines go)."""
 
     @classmethod
     def name(cls) -> str:
@@ -209,7 +215,8 @@ def read_kafka(spark: SparkSession, kafka: KafkaConfig, ranges: list[OffsetRange
     """The records of ``ranges`` as a DataFrame with ``RECORD_COLUMNS`` (one scan; cache it if reused).
 
     With ``transform``, the frame holds what the transform yields instead: applied in the read task
-    on the Python source, with ``mapInArrow`` after Spark's built-in source.
+    on the Python source, with ``mapInArrow`` after Spark's built-in source. Inside a run
+    (:data:`pipeline.ingest.run_log.ACTIVE_RUN_LOG`), the read tasks log to that run's log.
     """
     if source.format == "kafka":
         records = _read_builtin(spark, kafka, ranges, allow_data_loss)
@@ -221,6 +228,9 @@ def read_kafka(spark: SparkSession, kafka: KafkaConfig, ranges: list[OffsetRange
     reader = spark.read.format(SOURCE_NAME)
     if transform is not None:
         reader = reader.option("transform", json.dumps(transform.__dict__))
+    run_log = ACTIVE_RUN_LOG.get()
+    if run_log is not None:
+        reader = reader.option("log_file", str(run_log.path)).option("log_level", run_log.level)
     return (reader
             .option("client", json.dumps(kafka.confluent()))
             .option("ranges", json.dumps([r.__dict__ for r in ranges if r.count > 0]))

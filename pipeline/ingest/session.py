@@ -4,16 +4,25 @@ Master precedence: explicit ``master`` argument (``--master``) > the master ``sp
 already set > ``$SPARK_MASTER`` > ``[spark].master`` in ingest.toml (the last two are resolved by
 the config loader). Workers run this interpreter (``spark.pyspark.python``), so executors import
 the same ``pipeline`` package and pyarrow/confluent-kafka as the driver.
+
+Given a log file, Spark's log4j output goes there instead of the console (see
+:mod:`pipeline.ingest.run_log`): through ``-Dlog4j2.configurationFile`` when this process starts
+the JVM (start-up lines included), and by reconfiguring log4j once the session exists (a JVM that
+spark-submit or an earlier session started). No console progress bars either way.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
 from pipeline.ingest.config import SparkConfig
+from pipeline.ingest.run_log import log4j2_properties
+
+JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 
 
 def launched_by_spark_submit() -> bool:
@@ -30,15 +39,17 @@ def resolve_master(config: SparkConfig, master: str | None = None) -> str | None
     return config.master
 
 
-def session_settings(config: SparkConfig, master: str | None = None) -> dict[str, str]:
-    """All ``spark.*`` settings the session gets (pure; logged in the run summary)."""
+def session_settings(config: SparkConfig, master: str | None = None,
+                     log4j_file: Path | None = None) -> dict[str, str]:
+    """All ``spark.*`` settings the session gets (pure). ``log4j_file``: a log4j2 configuration
+    the driver JVM starts with (appended to any ``spark.driver.extraJavaOptions`` of the config)."""
     settings = {
         "spark.app.name": config.app_name,
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": str(config.shuffle_partitions),
         "spark.driver.memory": config.driver_memory,
         "spark.ui.enabled": str(config.ui_enabled).lower(),
-        "spark.ui.showConsoleProgress": "true",
+        "spark.ui.showConsoleProgress": "false",  # bars would interleave with the [ingest] lines
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
     }
@@ -49,16 +60,36 @@ def session_settings(config: SparkConfig, master: str | None = None) -> dict[str
         settings["spark.driver.host"] = "127.0.0.1"
         settings["spark.driver.bindAddress"] = "127.0.0.1"
     settings.update(config.conf)
+    if log4j_file is not None:
+        option = f"-Dlog4j2.configurationFile={log4j_file.absolute().as_uri()}"
+        settings[JAVA_OPTIONS] = f"{settings[JAVA_OPTIONS]} {option}" if JAVA_OPTIONS in settings else option
     return settings
 
 
-def build_spark_session(config: SparkConfig, master: str | None = None) -> SparkSession:
-    """Build (or join) the session; the caller stops it when the job ends."""
+def build_spark_session(config: SparkConfig, master: str | None = None, log_file: Path | None = None) -> SparkSession:
+    """Build (or join) the session; the caller stops it when the job ends.
+
+    With ``log_file``, Spark's log lines are appended there from now on, process-wide (log4j is
+    one per JVM), at ``config.log_level``.
+    """
     # Python workers inherit the environment: make sure they resolve the same interpreter.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = SparkSession.builder
-    for key, value in session_settings(config, master).items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    log4j_file = None
+    if log_file is not None:
+        log4j_file = log_file.with_name(f".{log_file.stem}.log4j2.properties")
+        log4j_file.parent.mkdir(parents=True, exist_ok=True)
+        log4j_file.write_text(log4j2_properties(log_file, config.log_level))
+    try:
+        builder = SparkSession.builder
+        for key, value in session_settings(config, master, log4j_file).items():
+            builder = builder.config(key, value)
+        spark = builder.getOrCreate()
+        if log4j_file is not None:  # the JVM may predate this session: point log4j at the file now
+            jvm = spark.sparkContext._jvm
+            jvm.org.apache.logging.log4j.core.config.Configurator.reconfigure(
+                jvm.java.net.URI.create(log4j_file.absolute().as_uri()))
+    finally:
+        if log4j_file is not None:
+            log4j_file.unlink(missing_ok=True)  # log4j has read it (at start-up or just now)
     spark.sparkContext.setLogLevel(config.log_level)
     return spark

@@ -3,6 +3,8 @@
 Offsets: some brokers (the embedded Tansu among them) answer ListOffsets(latest) with the base
 offset of the last record batch rather than the true end. :func:`end_offsets` therefore takes
 the high watermark from a real Fetch response, which is right on every broker we know of.
+
+Every client here logs through :data:`pipeline.kafka.settings.LIBRDKAFKA_LOGGER`, not stderr.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Callable
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from pipeline.kafka.settings import KafkaConfig
+from pipeline.kafka.settings import KafkaConfig, with_log_routing
 
 
 class KafkaUnavailable(RuntimeError):
@@ -32,7 +34,7 @@ def wait_until_ready(bootstrap_servers: str, timeout_s: float, alive: Callable[[
             break
         except OSError:
             time.sleep(0.05)
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    admin = AdminClient(with_log_routing({"bootstrap.servers": bootstrap_servers}))
     last: Exception | None = None
     while time.monotonic() < deadline:
         if not alive():
@@ -43,22 +45,32 @@ def wait_until_ready(bootstrap_servers: str, timeout_s: float, alive: Callable[[
         except KafkaException as exc:
             last = exc
             time.sleep(0.1)
+        finally:
+            admin.poll(0)  # hand the queued log lines to the logger
     raise KafkaUnavailable(f"no Kafka broker answered at {bootstrap_servers} within {timeout_s:.0f}s ({last})")
 
 
 def create_topics(kafka: KafkaConfig, topics: tuple[str, ...], partitions: int) -> None:
     """Create ``topics`` with ``partitions`` partitions; existing topics are left as they are."""
-    admin = AdminClient(kafka.confluent())
+    admin = _admin(kafka)
     existing = set(_list_topics(admin, kafka).topics)
     wanted = [NewTopic(t, num_partitions=partitions, replication_factor=1) for t in topics if t not in existing]
     if not wanted:
         return
-    for topic, future in admin.create_topics(wanted, request_timeout=kafka.request_timeout_s).items():
-        try:
-            future.result()
-        except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise KafkaUnavailable(f"could not create topic {topic!r} on {kafka.bootstrap_servers}: {exc}") from exc
+    try:
+        for topic, future in admin.create_topics(wanted, request_timeout=kafka.request_timeout_s).items():
+            try:
+                future.result()
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise KafkaUnavailable(
+                        f"could not create topic {topic!r} on {kafka.bootstrap_servers}: {exc}") from exc
+    finally:
+        admin.poll(0)
+
+
+def _admin(kafka: KafkaConfig) -> AdminClient:
+    return AdminClient(with_log_routing(kafka.confluent()))
 
 
 def _list_topics(admin: AdminClient, kafka: KafkaConfig):
@@ -69,11 +81,13 @@ def _list_topics(admin: AdminClient, kafka: KafkaConfig):
             f"Kafka at {kafka.bootstrap_servers} is unreachable ({exc}); start the embedded broker with "
             f"`fraudctl broker start` or set KAFKA_BOOTSTRAP_SERVERS / --bootstrap-servers"
         ) from exc
+    finally:
+        admin.poll(0)  # an AdminClient delivers its queued log lines only when polled
 
 
 def topic_partitions(kafka: KafkaConfig, topic: str) -> list[int]:
     """Partition ids of ``topic``; ``KafkaUnavailable`` if the topic does not exist."""
-    md = _list_topics(AdminClient(kafka.confluent()), kafka)
+    md = _list_topics(_admin(kafka), kafka)
     if topic not in md.topics or md.topics[topic].error is not None:
         raise KafkaUnavailable(
             f"topic {topic!r} does not exist on {kafka.bootstrap_servers}; create it (`fraudctl broker start` "
@@ -89,8 +103,8 @@ def end_offsets(kafka: KafkaConfig, topic: str) -> dict[int, tuple[int, int]]:
     fetch one record at the listed end and read the high watermark the Fetch response carries.
     """
     partitions = topic_partitions(kafka, topic)
-    consumer = Consumer({**kafka.confluent(), "group.id": "fraud-pipeline-offset-probe",
-                         "enable.auto.commit": False, "enable.partition.eof": True})
+    consumer = Consumer(with_log_routing({**kafka.confluent(), "group.id": "fraud-pipeline-offset-probe",
+                                          "enable.auto.commit": False, "enable.partition.eof": True}))
     try:
         result: dict[int, tuple[int, int]] = {}
         for p in partitions:

@@ -1,15 +1,32 @@
-"""Kafka connection and topic settings (``conf/<env>/kafka.toml``).
+"""Kafka connection and topic settings (``conf/<env>/kafka.toml``), and where librdkafka logs.
 
 Connection fields can be overridden by environment variables (``KAFKA_*``) and CLI options,
 so the embedded-broker defaults and a real SASL/SSL cluster use the same code.
+
+librdkafka writes its own log lines straight to stderr unless the client is given a Python
+logger: a broker that is down yields a "Connection refused" line per reconnect attempt, hundreds
+per minute. Clients built with :func:`with_log_routing` log through :data:`LIBRDKAFKA_LOGGER`
+instead; the application decides where that goes (ingest: the run's log file, see
+:mod:`pipeline.ingest.run_log`). Left unconfigured, the lines are dropped, never printed.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.config import env_override, load_section
+
+LIBRDKAFKA_LOGGER = "pipeline.kafka.librdkafka"
+# A library's logger: silent unless the application attaches a handler (no lastResort to stderr).
+logging.getLogger(LIBRDKAFKA_LOGGER).addHandler(logging.NullHandler())
+
+
+def with_log_routing(client: dict[str, Any]) -> dict[str, Any]:
+    """``client`` (librdkafka settings) plus ``logger``: the client's log lines go to
+    :data:`LIBRDKAFKA_LOGGER`, delivered whenever the client is polled, never to stderr."""
+    return {**client, "logger": logging.getLogger(LIBRDKAFKA_LOGGER)}
 
 
 @dataclass(frozen=True)
@@ -36,7 +53,8 @@ class KafkaConfig:
     embedded: EmbeddedBrokerConfig = field(default_factory=EmbeddedBrokerConfig)
 
     def confluent(self) -> dict[str, Any]:
-        """librdkafka (confluent-kafka) client settings for this cluster."""
+        """librdkafka (confluent-kafka) client settings for this cluster (plain values: JSON-safe,
+        shipped to Spark read tasks; add the logger with :func:`with_log_routing`)."""
         conf: dict[str, Any] = {
             "bootstrap.servers": self.bootstrap_servers,
             "security.protocol": self.security_protocol,

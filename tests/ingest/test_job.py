@@ -1,4 +1,5 @@
-"""The ingest job end to end on the real broker and Spark: accounting, raw store, dataset, reruns."""
+"""The ingest job end to end on the real broker and Spark: accounting, raw store, dataset, reruns,
+and datasets too small to publish."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from pipeline.contract import Kind
 from pipeline.datasets.manifest import ID_COLUMNS, LABEL_COLUMN, load_manifest
 from pipeline.features.definitions import FEATURE_COLUMNS
 from pipeline.ingest.config import load_ingest_config
-from pipeline.ingest.job import run_backfill, run_nightly
+from pipeline.ingest.dataset_plan import DatasetTooSmall
+from pipeline.ingest.job import failure_message, run_backfill, run_nightly
 from pipeline.ingest.progress import quiet
 from pipeline.ingest.raw_store import RawStore
 from pipeline.kafka.producer import dumps_event, publish_records
@@ -46,7 +48,7 @@ def bad_transactions(sim) -> list[tuple[str | None, bytes | None, bytes | None, 
         ("wrong_type", b"k", variant("type", amount="12.50"), None),
         ("unknown_schema_version", b"k", variant("v9", schema_version=9), None),
         ("empty_id", b"k", variant("empty", card_id="  "), None),
-        ("non_positive_amount", b"k", variant("neg", amount=-5), None),
+        ("negative_amount", b"k", variant("neg", amount=-5), None),
         ("non_finite_amount", b"k", json.dumps({**good, "transaction_id": "bad-nan", "amount": float("nan")}).encode(), None),
         ("bad_currency", b"k", variant("cur", currency="EURO"), None),
         ("bad_time", b"k", variant("time", event_time="2026-02-30T10:00:00Z"), None),
@@ -158,15 +160,28 @@ def test_nightly_accounts_for_every_record_and_publishes_the_dataset(spark, stat
     assert raw_table(store, Kind.TRANSACTION).num_rows == len(ids) + len(later.transactions)
     assert load_manifest(root).label_cutoff == "2026-02-01"
 
+    # A run date whose windows lie past the data: refused before publication, LATEST stays.
+    published = sorted(p.name for p in (root / "manifests").iterdir())
+    with pytest.raises(DatasetTooSmall) as refused:
+        run_nightly(config, kafka_config, date(2026, 3, 30), spark=spark, progress=quiet())
+    assert "train 2026-03-04..2026-03-17 has 0 rows" in str(refused.value)
+    assert "transactions end on 2026-02-01" in str(refused.value)
+    assert failure_message(refused.value).startswith("DatasetTooSmall: dataset for label cutoff 2026-03-30")
+    assert (root / "LATEST").read_text().strip() == third.dataset.version
+    assert sorted(p.name for p in (root / "manifests").iterdir()) == published
+    assert sorted(p.name for p in (root / "data").iterdir()) == sorted(
+        {third.dataset.version, report.dataset.version})  # no build directory or version left behind
+
 
 def test_backfill_rebuilds_a_range_from_the_raw_store_identically(spark, state_dir, kafka_config, sim):
     assert publish_records(kafka_config, kafka_config.transactions_topic, Kind.TRANSACTION, sim.transaction_records()).ok
     assert publish_records(kafka_config, kafka_config.labels_topic, Kind.LABEL, sim.label_records()).ok
     config = ingest_config()
-    first = run_backfill(config, kafka_config, date(2026, 1, 5), date(2026, 1, 19), from_kafka=True, spark=spark,
+    first = run_backfill(config, kafka_config, date(2025, 12, 31), date(2026, 1, 19), from_kafka=True, spark=spark,
                          progress=quiet())
     assert first.accounting[0].valid == len(sim.transactions)
     assert first.dataset.label_cutoff == "2026-01-26"  # 7 days of maturity after the range
-    assert first.dataset.splits["train"]["start"] == "2026-01-05" and first.dataset.splits["test"]["end"] == "2026-01-19"
-    again = run_backfill(config, None, date(2026, 1, 5), date(2026, 1, 19), spark=spark, progress=quiet())
+    train, test = first.dataset.splits["train"], first.dataset.splits["test"]
+    assert (train["start"], train["end"], test["end"]) == ("2025-12-31", "2026-01-13", "2026-01-19")  # train_days 14
+    again = run_backfill(config, None, date(2025, 12, 31), date(2026, 1, 19), spark=spark, progress=quiet())
     assert again.accounting == () and again.dataset.content_hash == first.dataset.content_hash

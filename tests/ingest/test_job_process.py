@@ -1,5 +1,6 @@
 """The ingest job as its own process: spark-submit on a local cluster (executors in separate JVMs),
-SIGKILL of the driver mid-run, and the CLI's messages and exit codes."""
+SIGKILL of the driver mid-run, the CLI's messages and exit codes, and a terminal that shows the
+failure, not pages of Spark and librdkafka logs (those go to the run log)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from datetime import date
 
@@ -24,13 +26,18 @@ from pipeline.ingest.config import load_ingest_config
 from pipeline.ingest.job import run_nightly
 from pipeline.ingest.progress import quiet
 from pipeline.ingest.raw_store import RawStore
-from pipeline.kafka.broker import free_port
+from pipeline.kafka.broker import EmbeddedBroker, free_port
 from pipeline.kafka.producer import publish_records
+from pipeline.kafka.settings import KafkaConfig
 from tests.ingest.kafka_helpers import small_simulation
 from tests.ingest.process_helpers import job_env, local_cluster_logs, write_conf_dir
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark]
 SPARK_SUBMIT = PROJECT_ROOT / ".venv" / "bin" / "spark-submit"
+INGEST_JOB = PROJECT_ROOT / "jobs" / "ingest.py"
+# A failed run's terminal: the JVM's own "Using incubator modules" line and our one-line failure;
+# the rest is slack. Before the run log existed a lost broker printed over a thousand lines.
+MAX_STDERR_LINES = 20
 
 
 def publish(kafka, sim) -> None:
@@ -132,3 +139,66 @@ def test_cli_refuses_bad_arguments_and_impossible_backfills(tmp_path, state_dir,
     assert runner.invoke(cli, ["ingest", "--run-date", "30/01/2026"]).exit_code == 2
     result = runner.invoke(cli, ["ingest", "--start", "2026-01-01", "--end", "2026-01-20"])
     assert result.exit_code == 1 and "raw store is empty" in result.output
+    result = runner.invoke(cli, ["ingest", "--start", "2026-01-05", "--end", "2026-01-20"])
+    assert result.exit_code == 1 and "spans 16 days" in result.output and "use --start 2026-01-01" in result.output
+
+
+def _run_log(state) -> str:
+    logs = list((state / "logs" / "ingest").glob("*.log"))
+    assert len(logs) == 1, logs
+    return logs[0].read_text()
+
+
+def test_an_unreachable_broker_fails_in_one_line_and_the_client_lines_go_to_the_run_log(tmp_path, state_dir):
+    dead = KafkaConfig(bootstrap_servers=f"127.0.0.1:{free_port()}")
+    conf = write_conf_dir(tmp_path / "conf", dead, request_timeout_s=5)  # librdkafka retries for 5s
+    done = subprocess.run([sys.executable, str(INGEST_JOB), "--run-date", "2026-01-30"], env=job_env(state_dir, conf),
+                          cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    lines = done.stderr.splitlines()
+    assert len(lines) < MAX_STDERR_LINES, done.stderr[-3000:]
+    assert lines[-1].startswith("ingest failed: KafkaUnavailable: Kafka at 127.0.0.1:")
+    assert "rdkafka" not in done.stderr + done.stdout
+    assert "Connection refused" in _run_log(state_dir)
+
+
+def _stop_at(proc: subprocess.Popen, marker: str, action, timeout_s: float) -> list[str]:
+    """Read ``proc``'s stdout until a line contains ``marker``, then call ``action``; the lines read."""
+    lines, deadline = [], time.monotonic() + timeout_s
+    for line in proc.stdout:
+        lines.append(line)
+        if marker in line:
+            action()
+            return lines
+        assert time.monotonic() < deadline, lines
+    raise AssertionError(f"{marker!r} never printed: {lines}")
+
+
+@pytest.mark.slow
+def test_a_broker_lost_mid_run_fails_in_one_line_and_spark_and_client_logs_go_to_the_run_log(tmp_path, state_dir):
+    broker = EmbeddedBroker("127.0.0.1", free_port(), tmp_path / "broker.log")  # ours alone: it gets stopped
+    broker.start()
+    proc = None
+    try:
+        kafka = KafkaConfig(bootstrap_servers=broker.bootstrap_servers)
+        broker.create_topics(kafka.topics(), kafka.partitions)
+        publish(kafka, small_simulation(days=5, num_cards=100))
+        conf = write_conf_dir(tmp_path / "conf", kafka, {"stall_timeout_s": "3.0"}, request_timeout_s=5)
+        proc = subprocess.Popen([sys.executable, str(INGEST_JOB), "--run-date", "2026-01-30"],
+                                env={**job_env(state_dir, conf), "PYTHONUNBUFFERED": "1"}, cwd=PROJECT_ROOT,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # Offsets are planned before Spark starts; the read tasks then find no broker.
+        _stop_at(proc, "plan offsets", broker.stop, timeout_s=120)
+        _, stderr = proc.communicate(timeout=400)
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        broker.stop()
+    assert proc.returncode == 1
+    lines = stderr.splitlines()
+    assert len(lines) < MAX_STDERR_LINES, stderr[-3000:]
+    assert "ingest failed: KafkaReadError: " in lines[-1] and "stalled" in lines[-1] and "run log" in lines[-1]
+    log = _run_log(state_dir)
+    assert "Connection refused" in log  # librdkafka, from the read tasks
+    assert "ERROR Executor: Exception in task" in log and "KafkaReadError" in log  # Spark, with the trace

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 
 import pytest
 
@@ -10,6 +11,8 @@ from pipeline.ingest.config import SourceConfig
 from pipeline.ingest.kafka_source import KafkaReadError, read_kafka, read_range, split_range
 from pipeline.ingest.offsets import OffsetRange, plan_offset_ranges
 from pipeline.kafka.admin import end_offsets
+from pipeline.kafka.broker import free_port
+from pipeline.kafka.settings import LIBRDKAFKA_LOGGER
 from tests.ingest.kafka_helpers import produce
 
 pytestmark = pytest.mark.broker
@@ -49,6 +52,14 @@ def test_a_range_past_the_end_fails_with_a_clear_message(kafka_config):
     r = OffsetRange(kafka_config.transactions_topic, 0, 5, 50)
     with pytest.raises(KafkaReadError, match=r"\[0\] stalled at offset 10 \(range ends at 50\)"):
         list(read_range(kafka_config.confluent(), r, 100, stall_timeout_s=2.0))
+
+
+def test_a_read_from_a_lost_broker_fails_and_logs_through_python_logging_not_stderr(capfd, caplog):
+    dead = {"bootstrap.servers": f"127.0.0.1:{free_port()}"}
+    with caplog.at_level(logging.INFO, logger=LIBRDKAFKA_LOGGER), pytest.raises(KafkaReadError, match=r"t\[0\]"):
+        list(read_range(dead, OffsetRange("t", 0, 0, 10), 100, stall_timeout_s=2.0))
+    assert "Connection refused" in caplog.text  # where the run log handler picks them up
+    assert "rdkafka" not in capfd.readouterr().err  # librdkafka's own stderr printing is off
 
 
 @pytest.mark.spark
