@@ -32,12 +32,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pipeline.datasets.manifest import DateWindow
+from pipeline.datasets.manifest import REPORTED_AT_COLUMN, DateWindow
 from pipeline.metrics import auc_roc, average_precision, expected_calibration_error, recall_at_fpr
 from pipeline.simulation.config import GENUINE
 
 REQUIRED_COLUMNS = ("transaction_id", "card_id", "event_time", "score", "label")
-REPORTED_COLUMN = "reported_at"  # optional: when the fraud was reported (NaT: no report)
+REPORTED_COLUMN = REPORTED_AT_COLUMN  # optional: when the fraud was reported (NaT: no report)
 PATTERN_COLUMN = "fraud_pattern"  # optional: the simulator's truth tag (its ``pattern``), null or ``genuine`` if none
 MAX_FPR = 0.01  # recall at 1% FPR: roughly the share of genuine payments a bank tolerates declining
 PATTERN_TOP_SHARE = 0.01  # per-pattern recall counts a fraud as caught when it is in the top 1% of scores

@@ -26,8 +26,8 @@ from pipeline.simulation import load_simulation_config
 
 BENCH_DATASET_ENV = "FRAUD_BENCH_DATASET"
 # full: ~590k payments over 28 days (~420k rows in the 20 dataset days); quick: ~85k payments.
-FULL = DemoConfig(num_cards=14_000, num_merchants=2_000, first_night_days=28, dirty_records_per_night=0)
-QUICK = DemoConfig(num_cards=2_000, num_merchants=400, first_night_days=28, dirty_records_per_night=0)
+FULL = DemoConfig(num_cards=14_000, num_merchants=2_000, first_night_days=35, dirty_records_per_night=0)
+QUICK = DemoConfig(num_cards=2_000, num_merchants=400, first_night_days=35, dirty_records_per_night=0)
 
 
 def bench_dataset_root(quick: bool) -> tuple[Path, str]:

@@ -24,6 +24,8 @@ from typing import Any
 
 MANIFEST_FORMAT = 1
 LABEL_COLUMN = "label"
+# Shard column: when the row's fraud was first reported (null: no fraud report by the label cutoff).
+REPORTED_AT_COLUMN = "reported_at"
 # Columns every shard carries besides features: identify the row and group metrics by card/day.
 ID_COLUMNS = ("transaction_id", "card_id", "event_time")
 

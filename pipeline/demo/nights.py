@@ -29,7 +29,7 @@ class DemoConfig:
 
     num_cards: int = 4000
     num_merchants: int = 800
-    first_night_days: int = 28  # history the first night brings: train + validation + test + label maturity
+    first_night_days: int = 35  # history the first night brings: train + validation + gap + test + label maturity
     days_per_night: int = 1  # each later `make demo` adds this many days ("a new night of data")
     train_processes: int = 2
     dirty_records_per_night: int = 12  # malformed / invalid / duplicate records mixed into each night

@@ -20,6 +20,7 @@ from datetime import datetime
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from pipeline.datasets.manifest import REPORTED_AT_COLUMN
 from pipeline.features import definitions as fd
 from pipeline.features.spark_kernel import TS_US, apply_feature_kernel
 
@@ -98,3 +99,12 @@ def labels_as_of(labels: DataFrame, cutoff: datetime) -> DataFrame:
     return (labels.filter(F.col("reported_at") < F.lit(cutoff))
             .groupBy("transaction_id").agg(latest.alias("_latest"))
             .select("transaction_id", F.col("_latest.is_fraud").cast("int").alias("label")))
+
+
+def first_fraud_reports(labels: DataFrame, cutoff: datetime) -> DataFrame:
+    """``transaction_id, reported_at``: the earliest fraud report made before ``cutoff``.
+
+    The evaluation protocol reads it to know since when a card was known to be compromised.
+    """
+    return (labels.filter(F.col("is_fraud") & (F.col("reported_at") < F.lit(cutoff)))
+            .groupBy("transaction_id").agg(F.min("reported_at").alias(REPORTED_AT_COLUMN)))

@@ -81,6 +81,10 @@ class DatasetConfig:
     train_days: int = 14
     validation_days: int = 3
     test_days: int = 3
+    # Days between validation and test that no split uses (the evaluation protocol's gap G): train and
+    # validation labels are taken as known at the gap's end, test labels at the label cutoff, so the
+    # holdout measures a model trained before the test days began, as production will use it.
+    gap_days: int = 0
     # A build with a split below these is refused before anything is published (DatasetTooSmall).
     # The defaults are the floor that is never right to cross: no empty split, and a train split with
     # at least one fraud to learn from; environments set real floors (conf/prod/ingest.toml).
@@ -92,7 +96,7 @@ class DatasetConfig:
 
     @property
     def window_days(self) -> int:
-        return self.train_days + self.validation_days + self.test_days
+        return self.train_days + self.validation_days + self.gap_days + self.test_days
 
 
 PythonLogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
@@ -135,6 +139,10 @@ def validate_ingest_config(config: IngestConfig, source: str = "ingest.toml") ->
             problems.append(f"dataset.{key} must be >= 1, got {getattr(d, key)}")
     if d.label_maturity_days < 0:
         problems.append(f"dataset.label_maturity_days must be >= 0, got {d.label_maturity_days}")
+    if d.gap_days < 0 or 0 < d.gap_days < d.label_maturity_days:
+        # Labels taken at the gap's end would be immature for the last validation days otherwise.
+        problems.append(f"dataset.gap_days must be 0 or at least label_maturity_days ({d.label_maturity_days}), "
+                        f"got {d.gap_days}")
     for key in ("min_rows", "min_frauds"):
         for split, value in vars(getattr(d, key)).items():
             if value < 0:

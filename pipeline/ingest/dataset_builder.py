@@ -23,6 +23,7 @@ from pyspark.sql import functions as F
 
 from pipeline.contract import SCHEMA_VERSION, Kind
 from pipeline.datasets.manifest import (
+    LABEL_COLUMN,
     DatasetManifest,
     ShardInfo,
     content_hash,
@@ -31,7 +32,7 @@ from pipeline.datasets.manifest import (
     publish_manifest,
 )
 from pipeline.features import definitions as fd
-from pipeline.features.transforms import FeatureParams, build_features, labels_as_of
+from pipeline.features.transforms import FeatureParams, build_features, first_fraud_reports, labels_as_of
 from pipeline.ingest.config import DatasetConfig
 from pipeline.ingest.dataset_plan import SPLITS, DatasetPlan, check_split_sizes, split_counts
 from pipeline.ingest.raw_store import RawStore
@@ -61,9 +62,17 @@ def dataset_rows(spark: SparkSession, store: RawStore, plan: DatasetPlan, params
     labels = store.read(spark, Kind.LABEL, plan.label_history_start(params), plan.label_cutoff)
     features = build_features(tx, labels, params, history=history)
     in_window = features.filter(F.col("event_date").between(F.lit(plan.first_date), F.lit(plan.last_date)))
-    known = labels_as_of(labels, plan.label_cutoff_time)
-    return (in_window.join(known, "transaction_id", "left")
-            .withColumn("label", F.coalesce(F.col("label"), F.lit(0))))
+    # Train and validation rows take labels as known at the train cutoff (the gap's end), the rest
+    # (gap and test) as known at the label cutoff; reported_at is the first fraud report by then.
+    known_in_training = labels_as_of(labels, plan.label_cutoff_time_of("train")).withColumnRenamed("label", "_train")
+    known_at_cutoff = labels_as_of(labels, plan.label_cutoff_time_of("test")).withColumnRenamed("label", "_final")
+    trained_on = F.col("event_date") <= F.lit(date.fromisoformat(plan.splits["validation"].end))
+    return (in_window.join(known_in_training, "transaction_id", "left")
+            .join(known_at_cutoff, "transaction_id", "left")
+            .join(first_fraud_reports(labels, plan.label_cutoff_time), "transaction_id", "left")
+            .withColumn(LABEL_COLUMN, F.coalesce(F.when(trained_on, F.col("_train")).otherwise(F.col("_final")),
+                                                 F.lit(0)))
+            .drop("_train", "_final"))
 
 
 def schema_description(plan: DatasetPlan, config: DatasetConfig) -> dict:
@@ -74,6 +83,7 @@ def schema_description(plan: DatasetPlan, config: DatasetConfig) -> dict:
         "shard_schema": [f"{f.name}:{f.type}" for f in SHARD_SCHEMA],
         "splits": {k: [w.start, w.end] for k, w in plan.splits.items()},
         "label_cutoff": plan.label_cutoff.isoformat(),
+        "train_label_cutoff": plan.train_label_cutoff.isoformat(),
         "label_maturity_days": config.label_maturity_days,
         "num_shards_per_date": config.num_shards_per_date,
     }
@@ -139,7 +149,7 @@ def _manifest(config: DatasetConfig, plan: DatasetPlan, version: str, digest: st
         splits=dict(plan.splits), label_cutoff=plan.label_cutoff.isoformat(),
         num_shards_per_date=config.num_shards_per_date, shards=tuple(shards),
         kafka_offsets=store.committed().consumed_ranges(), content_hash=digest,
-        extra={"label_maturity_days": config.label_maturity_days, "raw_store": str(store.root),
+        extra={"label_maturity_days": config.label_maturity_days, "train_label_cutoff": plan.train_label_cutoff.isoformat(), "raw_store": str(store.root),
                "hashed_schema": schema},
     )
 

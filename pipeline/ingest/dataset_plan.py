@@ -5,7 +5,11 @@ A build is fixed by its label cutoff ``C`` (labels reported before the end of da
 its last date ``E = C - label_maturity_days``: every transaction up to ``E`` has had the full
 maturity period, so "no fraud report" means genuine and no immature row enters the dataset.
 The days ``[S, E]`` split into consecutive windows of the configured lengths: train, then
-validation, then test (latest).
+validation, then (``gap_days`` > 0) a gap no split uses, then test (latest). With a gap, train and
+validation labels are those known at the end of the gap, test labels those known at ``C`` (the
+evaluation protocol of :mod:`pipeline.protocol`: the holdout is scored as a model trained before
+the test days would score it). The gap's rows are published too, as split ``gap``: the evaluator
+reads which cards were reported compromised during it.
 
 * nightly run for day ``D``: ``C = D``;
 * backfill ``[D1, D2]``: ``C = D2 + maturity``; the range must be exactly the configured window and
@@ -41,7 +45,17 @@ class DatasetTooSmall(ValueError):
 @dataclass(frozen=True)
 class DatasetPlan:
     label_cutoff: date
-    splits: dict[str, DateWindow]
+    splits: dict[str, DateWindow]  # train, validation, test and, with a gap, "gap"
+
+    @property
+    def train_label_cutoff(self) -> date:
+        """Train and validation labels are those reported by the end of this day."""
+        return date.fromisoformat(self.splits["gap"].end) if "gap" in self.splits else self.label_cutoff
+
+    def label_cutoff_time_of(self, split: str) -> datetime:
+        """Reports made before this instant count for the rows of ``split``."""
+        day = self.train_label_cutoff if split in ("train", "validation") else self.label_cutoff
+        return datetime.combine(day + timedelta(days=1), time(0), tzinfo=UTC)
 
     @property
     def first_date(self) -> date:
@@ -70,19 +84,23 @@ class DatasetPlan:
 
 
 def split_windows(first: date, last: date, config: DatasetConfig) -> dict[str, DateWindow]:
-    """``[first, last]`` cut into train / validation / test; test and validation get their configured
-    day counts (latest days), train gets the rest (at least one day)."""
+    """``[first, last]`` cut into train / validation / gap / test; test, gap and validation get their
+    configured day counts (latest days), train gets the rest (at least one day)."""
     test_start = last - timedelta(days=config.test_days - 1)
-    validation_start = test_start - timedelta(days=config.validation_days)
+    gap_start = test_start - timedelta(days=config.gap_days)
+    validation_start = gap_start - timedelta(days=config.validation_days)
     if validation_start <= first:
         raise PlanError(f"{first}..{last} is too short: validation ({config.validation_days} days) and test "
                         f"({config.test_days} days) leave no training day; widen the range")
     iso = date.isoformat
-    return {
+    windows = {
         "train": DateWindow(iso(first), iso(validation_start - timedelta(days=1))),
-        "validation": DateWindow(iso(validation_start), iso(test_start - timedelta(days=1))),
+        "validation": DateWindow(iso(validation_start), iso(gap_start - timedelta(days=1))),
         "test": DateWindow(iso(test_start), iso(last)),
     }
+    if config.gap_days:
+        windows["gap"] = DateWindow(iso(gap_start), iso(test_start - timedelta(days=1)))
+    return windows
 
 
 def plan_nightly(run_date: date, config: DatasetConfig) -> DatasetPlan:

@@ -17,14 +17,14 @@ import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from pipeline.datasets.manifest import ID_COLUMNS, LABEL_COLUMN, ShardInfo
+from pipeline.datasets.manifest import ID_COLUMNS, LABEL_COLUMN, REPORTED_AT_COLUMN, ShardInfo
 from pipeline.features.definitions import CATEGORICAL_FEATURES, NUMERIC_FEATURES
 
 SHARD_SCHEMA = pa.schema(
     [("transaction_id", pa.string()), ("card_id", pa.string()), ("event_time", pa.timestamp("us", tz="UTC"))]
     + [(name, pa.float64()) for name in NUMERIC_FEATURES]
     + [(name, pa.int32()) for name in CATEGORICAL_FEATURES]
-    + [(LABEL_COLUMN, pa.int32())]
+    + [(LABEL_COLUMN, pa.int32()), (REPORTED_AT_COLUMN, pa.timestamp("us", tz="UTC"))]
 )
 assert tuple(SHARD_SCHEMA.names[:3]) == ID_COLUMNS
 RESULT_DDL = "date string, shard int, rows long, frauds long, sha256 string"

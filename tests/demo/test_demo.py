@@ -17,7 +17,7 @@ from pipeline.demo.run import run_demo
 from pipeline.ingest.config import load_ingest_config
 from pipeline.registry.config import load_registry_config, resolved_tracking_uri
 
-SMALL = DemoConfig(num_cards=2500, num_merchants=500, first_night_days=28, days_per_night=1,
+SMALL = DemoConfig(num_cards=2500, num_merchants=500, first_night_days=35, days_per_night=1,
                    train_processes=2, dirty_records_per_night=12)
 
 

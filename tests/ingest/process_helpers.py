@@ -30,7 +30,8 @@ def write_conf_dir(directory: Path, kafka: KafkaConfig, ingest_settings: dict[st
         f'labels_topic = "{kafka.labels_topic}"\npartitions = {kafka.partitions}\n'
         f"request_timeout_s = {request_timeout_s}\n")
     ingest = (PROJECT_ROOT / "conf" / "dev" / "ingest.toml").read_text()
-    for key, value in (ingest_settings or {}).items():
+    # These tests exercise ingest mechanics on a month of data: no protocol gap unless asked for.
+    for key, value in ({"gap_days": "0"} | (ingest_settings or {})).items():
         ingest, n = re.subn(rf"^{key} = .*$", f"{key} = {value}", ingest, flags=re.M)
         assert n == 1, key
     (directory / "ingest.toml").write_text(ingest)

@@ -122,3 +122,16 @@ def test_a_window_past_the_data_is_refused_with_where_the_data_ends():
     plan = plan_nightly(date(2026, 3, 30), CFG)  # default minimums: no empty split, a fraud in train
     with pytest.raises(DatasetTooSmall, match="train 2026-03-04..2026-03-17 has 0 rows .*transactions end on 2026-01-30"):
         check_split_sizes(plan, split_counts(plan.splits, []), CFG, date(2026, 1, 30))
+
+
+def test_a_gap_separates_test_from_training_and_moves_the_training_label_cutoff():
+    config = dataclasses.replace(CFG, gap_days=7)  # 14 train + 3 validation + 7 gap + 3 test
+    plan = plan_nightly(date(2026, 2, 10), config)
+    assert {k: (w.start, w.end) for k, w in plan.splits.items()} == {
+        "train": ("2026-01-08", "2026-01-21"), "validation": ("2026-01-22", "2026-01-24"),
+        "gap": ("2026-01-25", "2026-01-31"), "test": ("2026-02-01", "2026-02-03")}  # test ends run date - 7
+    # Test rows mature by the run date; training rows by the gap's end, 7 days after their last day.
+    assert plan.label_cutoff == date(2026, 2, 10) and plan.train_label_cutoff == date(2026, 1, 31)
+    assert plan.label_cutoff_time_of("validation").isoformat() == "2026-02-01T00:00:00+00:00"
+    assert plan.label_cutoff_time_of("test").isoformat() == "2026-02-11T00:00:00+00:00"
+    assert plan_nightly(date(2026, 2, 10), CFG).train_label_cutoff == date(2026, 2, 10)  # no gap: one cutoff

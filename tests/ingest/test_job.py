@@ -15,9 +15,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.contract import Kind
-from pipeline.datasets.manifest import ID_COLUMNS, LABEL_COLUMN, load_manifest
+from pipeline.datasets.manifest import ID_COLUMNS, LABEL_COLUMN, REPORTED_AT_COLUMN, load_manifest
 from pipeline.features.definitions import FEATURE_COLUMNS
-from pipeline.ingest.config import load_ingest_config
+from pipeline.ingest.config import SplitMinimums, load_ingest_config
 from pipeline.ingest.dataset_plan import DatasetTooSmall
 from pipeline.ingest.job import failure_message, run_backfill, run_nightly
 from pipeline.ingest.progress import quiet
@@ -81,9 +81,11 @@ def sim():
     return small_simulation(days=30, num_cards=150)
 
 
-def ingest_config():
+def ingest_config(**dataset):
+    """conf/dev with 2 shuffle partitions; no protocol gap unless ``dataset`` sets one (a month of data)."""
     config = load_ingest_config("dev")
-    return dataclasses.replace(config, spark=dataclasses.replace(config.spark, shuffle_partitions=2))
+    return dataclasses.replace(config, spark=dataclasses.replace(config.spark, shuffle_partitions=2),
+                               dataset=dataclasses.replace(config.dataset, **({"gap_days": 0} | dataset)))
 
 
 def raw_table(store: RawStore, kind: Kind):
@@ -131,7 +133,7 @@ def test_nightly_accounts_for_every_record_and_publishes_the_dataset(spark, stat
     for shard in manifest.shards:
         assert shard.path.startswith(f"data/{manifest.version}/date={shard.date}/shard-")
         table = pq.read_table(root / shard.path)
-        assert table.column_names == [*ID_COLUMNS, *FEATURE_COLUMNS, LABEL_COLUMN]
+        assert table.column_names == [*ID_COLUMNS, *FEATURE_COLUMNS, LABEL_COLUMN, REPORTED_AT_COLUMN]
         assert table.num_rows == shard.rows and sum(table[LABEL_COLUMN].to_pylist()) == shard.frauds
         assert all(zlib.crc32(t.encode()) % 8 == shard.shard for t in table["transaction_id"].to_pylist())
         frames.append(table.to_pandas())
@@ -185,3 +187,40 @@ def test_backfill_rebuilds_a_range_from_the_raw_store_identically(spark, state_d
     assert (train["start"], train["end"], test["end"]) == ("2025-12-31", "2026-01-13", "2026-01-19")  # train_days 14
     again = run_backfill(config, None, date(2025, 12, 31), date(2026, 1, 19), spark=spark, progress=quiet())
     assert again.accounting == () and again.dataset.content_hash == first.dataset.content_hash
+
+
+def test_with_a_gap_training_labels_are_those_known_at_the_gap_end_and_test_labels_at_the_cutoff(
+        spark, state_dir, kafka_config, sim):
+    publish_sim(kafka_config, sim)
+    config = ingest_config(train_days=10, validation_days=2, gap_days=7, test_days=3,
+                           min_rows=SplitMinimums(train=1, validation=1, test=1),
+                           min_frauds=SplitMinimums(train=0, validation=0, test=0))
+    report = run_nightly(config, kafka_config, RUN_DATE, spark=spark, progress=quiet())
+    manifest = load_manifest(config.dataset.dataset_root())
+    assert {k: (w.start, w.end) for k, w in manifest.splits.items()} == {
+        "train": ("2026-01-02", "2026-01-11"), "validation": ("2026-01-12", "2026-01-13"),
+        "gap": ("2026-01-14", "2026-01-20"), "test": ("2026-01-21", "2026-01-23")}
+    assert report.dataset.label_cutoff == "2026-01-30"
+    root = config.dataset.dataset_root()
+    rows = pd.concat(pq.read_table(root / s.path).to_pandas() for s in manifest.shards).set_index("transaction_id")
+    assert rows[REPORTED_AT_COLUMN].notna().sum() > 0
+    # Frauds reported between the gap's end and the cutoff: fraud in the data, not yet in training labels.
+    late = sim.labels[sim.labels["is_fraud"] & (sim.labels["reported_at"] >= "2026-01-21")
+                      & (sim.labels["reported_at"] < "2026-01-31")]["transaction_id"]
+    assert rows.index.isin(late).any()
+
+    def labels_known_before(instant: str) -> pd.Series:
+        reported = sim.labels[sim.labels["reported_at"] < instant]
+        return reported.sort_values(["reported_at", "is_fraud"]).groupby("transaction_id")["is_fraud"].last()
+
+    day = pd.to_datetime(rows["event_time"]).dt.strftime("%Y-%m-%d")
+    for split, known_before in (("train", "2026-01-21"), ("validation", "2026-01-21"), ("gap", "2026-01-31"),
+                                ("test", "2026-01-31")):
+        window = manifest.splits[split]
+        part = rows[(day >= window.start) & (day <= window.end)]
+        expected = part.index.map(labels_known_before(known_before)).fillna(False).astype(int)
+        assert part["label"].tolist() == list(expected), split
+    frauds = sim.labels[sim.labels["is_fraud"] & (sim.labels["reported_at"] < "2026-01-31")]
+    first_report = frauds.groupby("transaction_id")["reported_at"].min()
+    expected_first = pd.to_datetime(first_report[first_report.index.isin(rows.index)], utc=True)
+    assert rows[REPORTED_AT_COLUMN].dropna().to_dict() == expected_first.to_dict()

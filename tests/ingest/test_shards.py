@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.datasets.manifest import ID_COLUMNS, LABEL_COLUMN, ShardInfo
+from pipeline.datasets.manifest import ID_COLUMNS, LABEL_COLUMN, REPORTED_AT_COLUMN, ShardInfo
 from pipeline.features.definitions import CATEGORICAL_FEATURES, NUMERIC_FEATURES
 from pipeline.ingest.shards import SHARD_SCHEMA, shard_relpath, write_empty_shards, write_shard_file
 
@@ -21,6 +21,9 @@ def shard_table(n: int, seed: int) -> pa.Table:
     rows.update({name: [rng.random() for _ in range(n)] for name in NUMERIC_FEATURES})
     rows.update({name: [rng.randint(0, 9) for _ in range(n)] for name in CATEGORICAL_FEATURES})
     rows[LABEL_COLUMN] = [int(rng.random() < 0.1) for _ in range(n)]
+    rows[REPORTED_AT_COLUMN] = pa.array([t + timedelta(days=2) if label else None
+                                         for t, label in zip(rows["event_time"], rows[LABEL_COLUMN], strict=True)],
+                                        pa.timestamp("us", tz="UTC"))
     return pa.table(rows)
 
 
@@ -38,7 +41,7 @@ def test_shard_holds_ids_features_and_label_sorted_by_time(tmp_path):
     write_shard_file(shard_table(50, seed=3), tmp_path / "s.parquet")
     out = pq.read_table(tmp_path / "s.parquet")
     assert out.schema.equals(SHARD_SCHEMA)
-    assert tuple(out.column_names[:3]) == ID_COLUMNS and out.column_names[-1] == LABEL_COLUMN
+    assert tuple(out.column_names[:3]) == ID_COLUMNS and out.column_names[-2:] == [LABEL_COLUMN, REPORTED_AT_COLUMN]
     keys = list(zip(out["event_time"].to_pylist(), out["transaction_id"].to_pylist(), strict=True))
     assert keys == sorted(keys)
 
