@@ -1,17 +1,23 @@
-"""Metric implementations against hand-computed values."""
+"""Metric implementations against hand-computed values, independent reference implementations
+(scikit-learn, an O(m*n) DeLong, the bootstrap) and the distributions they must tell apart."""
 
 from __future__ import annotations
 
 import math
 
 import numpy as np
+import pytest
+from sklearn.metrics import average_precision_score, roc_auc_score
 
+from pipeline import metrics
 from pipeline.metrics import (
     auc_roc,
     average_precision,
     card_precision_at_k,
     classification_report,
+    delong_auc_difference,
     expected_calibration_error,
+    paired_bootstrap_difference,
     population_stability_index,
     recall_at_fpr,
 )
@@ -59,6 +65,168 @@ def test_psi_zero_for_same_distribution_and_grows_with_shift():
     ref = rng.random(20_000)
     assert population_stability_index(ref, rng.random(20_000)) < 0.01
     assert population_stability_index(ref, rng.random(20_000) ** 3) > 0.5
+
+
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def test_psi_reads_a_bulk_shift_on_the_log_odds_scale():
+    """A calibrated fraud model's scores: log-odds around -5 (p ~ 0.7%), spread 1.5."""
+    rng = np.random.default_rng(1)
+    logits = rng.normal(-5.0, 1.5, 20_000)
+    same = rng.normal(-5.0, 1.5, 20_000)
+    assert population_stability_index(sigmoid(logits), sigmoid(logits)) == pytest.approx(0.0, abs=1e-12)
+    assert population_stability_index(sigmoid(logits), sigmoid(same)) < 0.01
+    slight = population_stability_index(sigmoid(logits), sigmoid(same + 0.3))  # odds x1.35
+    clear = population_stability_index(sigmoid(logits), sigmoid(same + 1.2))  # odds x3.3
+    assert 0.01 < slight < 0.1 < 0.25 < clear
+
+
+PILE_LOGIT = math.log(1e-4 / (1 - 1e-4))
+
+
+def piled_scores(rng, n=20_000, pile_logit=PILE_LOGIT, spread=0.05):
+    """90% of scores piled at ~1e-4 (the genuine bulk), 10% spread over the risky range."""
+    k = int(0.9 * n)
+    return np.r_[pile_logit + rng.normal(0.0, spread, k), rng.normal(-2.0, 2.5, n - k)]
+
+
+def test_psi_of_near_identical_models_with_piled_scores_is_small():
+    rng = np.random.default_rng(2)
+    champion = piled_scores(rng)
+    challenger = champion + rng.normal(0.0, 0.2, champion.size)  # every score within ~20% of the champion's
+    assert population_stability_index(sigmoid(champion), sigmoid(challenger)) < 0.02
+
+
+def test_psi_of_a_moved_pile_grows_smoothly_wherever_the_pile_sits():
+    """No bin edge may sit on the pile: the same move scores the same wherever the pile is."""
+    rng = np.random.default_rng(3)
+    for shift, low, high in ((0.2, 0.01, 0.1), (1.5, 0.5, 5.0)):
+        psis = []
+        for pile in np.linspace(-9.5, -9.0, 6):  # across a whole log-odds unit's worth of grid offsets
+            scores = piled_scores(rng, pile_logit=pile, spread=0.01)
+            moved = scores.copy()
+            moved[: int(0.9 * scores.size)] += shift
+            psis.append(population_stability_index(sigmoid(scores), sigmoid(moved)))
+        assert low < min(psis) and max(psis) < high and max(psis) < 1.2 * min(psis), (shift, psis)
+
+
+def test_psi_rejects_scores_that_are_not_probabilities():
+    with pytest.raises(ValueError, match="probability"):
+        population_stability_index([0.1, float("nan")], [0.2, 0.3])
+    with pytest.raises(ValueError, match="probability"):
+        population_stability_index([0.1, 0.2], [1.5, 0.3])
+    assert math.isnan(population_stability_index([], [0.2]))
+
+
+def two_models(rng, n=3000, fraud_rate=0.05, round_to=1):
+    """Labels and two correlated, tied (rounded) scores of unequal quality on the same rows."""
+    y = (rng.random(n) < fraud_rate).astype(np.int64)
+    a = np.round(rng.normal(0.0, 1.0, n) + 1.2 * y, round_to)
+    b = np.round(0.7 * a + rng.normal(0.0, 0.7, n) + 0.3 * y, round_to)
+    return y, a, b
+
+
+def brute_force_delong_variance(y, a, b):
+    """DeLong et al. (1988) as written: placements from all m x n pairs, ties count 1/2."""
+    pos, neg = y == 1, y == 0
+
+    def placements(s):
+        wins = (s[pos][:, None] > s[neg][None, :]) + 0.5 * (s[pos][:, None] == s[neg][None, :])
+        return wins.mean(axis=1), wins.mean(axis=0)
+
+    (pa, na), (pb, nb) = placements(a), placements(b)
+    return np.var(pa - pb, ddof=1) / pos.sum() + np.var(na - nb, ddof=1) / neg.sum()
+
+
+def half_width(diff):
+    return (diff.upper - diff.lower) / 2
+
+
+def test_fast_delong_equals_the_pairwise_definition_with_ties():
+    y, a, b = two_models(np.random.default_rng(4), n=600)
+    diff = delong_auc_difference(y, a, b, confidence=0.95)
+    assert diff.estimate == pytest.approx(roc_auc_score(y, a) - roc_auc_score(y, b), abs=1e-12)
+    assert half_width(diff) == pytest.approx(1.959964 * math.sqrt(brute_force_delong_variance(y, a, b)), rel=1e-6)
+    assert (diff.method, diff.units) == ("delong", 600)
+
+
+def test_delong_interval_agrees_with_a_paired_bootstrap():
+    y, a, b = two_models(np.random.default_rng(5))
+    delong = delong_auc_difference(y, a, b)
+    boot = paired_bootstrap_difference(y, a, b, "auc_roc", resamples=2000, seed=1)
+    assert boot.estimate == pytest.approx(delong.estimate, abs=1e-12)
+    assert half_width(boot) == pytest.approx(half_width(delong), rel=0.1)
+    assert not delong.lower <= 0 <= delong.upper  # a real difference: the data must not make this trivial
+
+
+def card_clustered_models(rng, cards=400, per_card=8):
+    """Frauds come in bursts on compromised cards, and each model misjudges a whole card at once:
+    the rows of one card are not independent evidence about the difference of the models."""
+    card = np.repeat(np.arange(cards), per_card)
+    compromised = rng.random(cards) < 0.08
+    y = (compromised[card] & (rng.random(card.size) < 0.7)).astype(np.int64)
+    a = 1.5 * y + rng.normal(0.0, 1.0, cards)[card] + rng.normal(0.0, 0.5, card.size)
+    b = 1.5 * y + rng.normal(0.0, 1.0, cards)[card] + rng.normal(0.0, 0.5, card.size)
+    return y, a, b, card
+
+
+def test_clustered_delong_agrees_with_a_card_bootstrap_and_is_wider_than_rows():
+    y, a, b, card = card_clustered_models(np.random.default_rng(6))
+    by_card = delong_auc_difference(y, a, b, clusters=card)
+    by_row = delong_auc_difference(y, a, b)
+    boot = paired_bootstrap_difference(y, a, b, "auc_roc", clusters=card, resamples=2000, seed=2)
+    assert (by_card.method, by_card.units, boot.units) == ("delong-clustered", 400, 400)
+    assert half_width(by_card) == pytest.approx(half_width(boot), rel=0.15)
+    assert half_width(by_card) > 1.5 * half_width(by_row)
+
+
+def test_clustering_by_card_undoes_duplicated_rows():
+    """Each row copied 5 times under its own card id carries no more evidence than the original."""
+    y, a, b = two_models(np.random.default_rng(7), n=1000)
+    original = delong_auc_difference(y, a, b)
+    copies = [np.repeat(v, 5) for v in (y, a, b)]
+    cards = np.repeat(np.arange(y.size), 5)
+    assert half_width(delong_auc_difference(*copies, clusters=cards)) == pytest.approx(half_width(original), rel=0.01)
+    assert half_width(delong_auc_difference(*copies)) < 0.5 * half_width(original)
+    ap_original = paired_bootstrap_difference(y, a, b, resamples=1000, seed=3)
+    ap_copies = paired_bootstrap_difference(*copies, clusters=cards, resamples=1000, seed=3)
+    assert half_width(ap_copies) == pytest.approx(half_width(ap_original), rel=0.1)
+
+
+def test_identical_scores_differ_by_exactly_zero():
+    y, a, _ = two_models(np.random.default_rng(8))
+    for diff in (delong_auc_difference(y, a, a), paired_bootstrap_difference(y, a, a, resamples=200)):
+        assert (diff.estimate, diff.lower, diff.upper) == (0.0, 0.0, 0.0)
+
+
+def test_bootstrap_is_deterministic_for_a_seed_and_matches_sklearn_ap():
+    y, a, b = two_models(np.random.default_rng(9))
+    first = paired_bootstrap_difference(y, a, b, "average_precision", resamples=300, seed=11)
+    assert paired_bootstrap_difference(y, a, b, "average_precision", resamples=300, seed=11) == first
+    assert paired_bootstrap_difference(y, a, b, "average_precision", resamples=300, seed=12) != first
+    assert first.estimate == pytest.approx(average_precision_score(y, a) - average_precision_score(y, b), abs=1e-12)
+    assert first.lower < first.estimate < first.upper
+
+
+def test_resampling_weights_give_sklearns_weighted_auc_and_ap():
+    """The bootstrap scores a replicate as row weights; each must equal the metric on that resample."""
+    rng = np.random.default_rng(10)
+    y, a, _ = two_models(rng, n=500)
+    weights = rng.integers(0, 4, size=(3, y.size)).astype(float)
+    ranked = metrics._RankedScores(y, a)
+    ap, auc = ranked.average_precision(weights), ranked.auc_roc(weights)
+    for i, w in enumerate(weights):
+        assert ap[i] == pytest.approx(average_precision_score(y, a, sample_weight=w), abs=1e-12)
+        assert auc[i] == pytest.approx(roc_auc_score(y, a, sample_weight=w), abs=1e-12)
+
+
+def test_intervals_are_nan_without_both_classes():
+    y = np.zeros(50, dtype=np.int64)
+    scores = np.linspace(0, 1, 50)
+    assert math.isnan(delong_auc_difference(y, scores, scores).upper)
+    assert math.isnan(paired_bootstrap_difference(y, scores, scores, resamples=100).upper)
 
 
 def test_report_carries_counts():

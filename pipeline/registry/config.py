@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlparse
 
-from pipeline.config import env_override, load_section
+from pipeline.config import ConfigError, env_override, load_section
 from pipeline.paths import resolve_state_path, state_dir
 
 EMBEDDED_DB = "mlflow/mlflow.db"  # relative to state_dir()
@@ -30,14 +30,35 @@ class Guardrail:
 
 
 @dataclass(frozen=True)
-class GateConfig:
-    """Thresholds of the promotion gate (see :func:`pipeline.registry.gate.should_promote`)."""
+class IntervalConfig:
+    """How the paired challenger-minus-champion intervals are computed (same rows, both models)."""
 
-    # Challenger AUC-ROC must reach champion AUC-ROC + this (0: "not worse" is enough).
-    min_auc_delta: float = 0.0
+    confidence: float = 0.95  # two-sided level of every interval shown and decided on
+    bootstrap_resamples: int = 1000  # average-precision interval: resamples of the holdout's cards
+    seed: int = 0  # fixed, so re-running a gate on the same rows gives the same intervals
+
+    def __post_init__(self) -> None:
+        if not 0.5 <= self.confidence < 1:
+            raise ConfigError(f"gate.intervals.confidence must be in [0.5, 1), got {self.confidence}")
+        if self.bootstrap_resamples < 100:
+            raise ConfigError(f"gate.intervals.bootstrap_resamples must be >= 100, got {self.bootstrap_resamples}")
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    """Thresholds of the promotion gate (see :func:`pipeline.registry.gate.should_promote`).
+
+    Comparisons with the champion are non-inferiority tests on paired intervals: a margin ``m``
+    rejects the challenger only when the whole interval of (challenger - champion) lies below ``-m``,
+    i.e. when it is worse by more than ``m`` beyond reasonable doubt. Differences inside the noise of
+    the holdout never block a fresher model.
+    """
+
+    # Largest AUC-ROC loss vs the champion that still counts as "as good" (AUC units, >= 0).
+    auc_margin: float = 0.002
     # With no champion yet, the first model must reach this AUC-ROC on the holdout.
     first_model_auc_floor: float = 0.75
-    # Largest allowed drop of average precision vs the champion (absolute, in AP units).
+    # Largest average-precision loss vs the champion that still counts as "as good" (AP units).
     ap_tolerance: Guardrail = field(default_factory=lambda: Guardrail(0.02))
     # Largest expected calibration error: the scoring service thresholds calibrated probabilities.
     ece_limit: Guardrail = field(default_factory=lambda: Guardrail(0.05))
@@ -47,6 +68,11 @@ class GateConfig:
     min_holdout_frauds: Guardrail = field(default_factory=lambda: Guardrail(30))
     # Largest share of holdout rows the challenger may score as NaN (0: none at all).
     max_nan_share: Guardrail = field(default_factory=lambda: Guardrail(0.0))
+    intervals: IntervalConfig = field(default_factory=IntervalConfig)
+
+    def __post_init__(self) -> None:
+        if self.auc_margin < 0 or self.ap_tolerance.value < 0:
+            raise ConfigError("gate.auc_margin and gate.ap_tolerance are margins: they must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -58,6 +84,8 @@ class RegistryConfig:
     holdout_split: str = "test"  # the manifest split the gate scores on
     connect_timeout_s: int = 5  # per HTTP request while checking the server is reachable
     lock_timeout_s: float = 600.0  # how long a gate/rollback waits for another one to finish
+    # A lock holder renews its lease every quarter of this; one silent for this long is presumed dead.
+    lock_lease_s: float = 60.0
     gate: GateConfig = field(default_factory=GateConfig)
 
 

@@ -1,11 +1,15 @@
-"""The promotion decision: a pure function of both models' holdout metrics and the gate config.
+"""The promotion decision: a pure function of both models' holdout metrics, their paired
+comparison and the gate config.
 
 No I/O: :mod:`pipeline.registry.promotion` scores the models and acts on the :class:`Decision`.
 
 Metric keys read from the mappings (as produced by :func:`pipeline.registry.holdout.holdout_metrics`):
-``auc_roc``, ``average_precision``, ``ece``, ``n_fraud``, ``nan_share``; the challenger's mapping also
-carries ``psi`` (its score distribution vs the champion's on the same rows) when there is a champion.
-A NaN metric never passes a check: missing evidence is never read as good evidence.
+``auc_roc``, ``average_precision``, ``ece``, ``n_fraud``, ``nan_share``. Against a champion, AUC-ROC
+and average precision are judged on the paired intervals of the :class:`Comparison`, never on the two
+point estimates: the challenger is blocked only when the whole interval of (challenger - champion)
+lies below ``-margin``. The burden of proof is on rejecting: a fresher model has seen the newest
+fraud, so a difference the holdout cannot resolve keeps it. A NaN metric or a missing interval never
+passes a check: missing evidence is never read as good evidence.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from pipeline.metrics import PairedDifference
+from pipeline.registry.comparison import Comparison
 from pipeline.registry.config import GateConfig, Guardrail
 
 INSUFFICIENT_EVIDENCE = "insufficient evidence"
@@ -55,9 +61,15 @@ def _get(metrics: Mapping[str, float], key: str) -> float:
 
 
 def should_promote(
-    challenger: Mapping[str, float], champion: Mapping[str, float] | None, config: GateConfig
+    challenger: Mapping[str, float], champion: Mapping[str, float] | None, config: GateConfig,
+    comparison: Comparison | None = None,
 ) -> Decision:
-    """Decide whether the challenger replaces the champion (``champion=None``: first model ever)."""
+    """Decide whether the challenger replaces the champion (``champion=None``: first model ever).
+
+    ``comparison`` (challenger - champion on the same rows) is required when there is a champion.
+    """
+    if champion is not None and comparison is None:
+        raise ValueError("a gate against a champion needs the paired comparison of both models")
     checks = _Checks()
     nan_share = _get(challenger, "nan_share")
     checks.guard(
@@ -80,7 +92,7 @@ def should_promote(
         checks.require(auc >= floor, f"first model: AUC-ROC {auc:.4f} >= floor {floor:.4f}",
                        f"first model: AUC-ROC {auc:.4f} below the floor {floor:.4f}")
     else:
-        _compare_with_champion(checks, challenger, champion, config)
+        _compare_with_champion(checks, challenger, champion, comparison, config)
     ece = _get(challenger, "ece")
     checks.guard(config.ece_limit, ece <= config.ece_limit.value,
                  f"ECE {ece:.4f} <= {config.ece_limit.value:.4f}",
@@ -93,24 +105,43 @@ def should_promote(
     )
 
 
-def _compare_with_champion(
-    checks: _Checks, challenger: Mapping[str, float], champion: Mapping[str, float], config: GateConfig
-) -> None:
+def _compare_with_champion(checks: _Checks, challenger: Mapping[str, float], champion: Mapping[str, float],
+                           comparison: Comparison, config: GateConfig) -> None:
     auc, champ_auc = _get(challenger, "auc_roc"), _get(champion, "auc_roc")
-    target = champ_auc + config.min_auc_delta
+    diff, margin = comparison.auc_roc, config.auc_margin
     checks.require(
-        auc >= target,
-        f"AUC-ROC {auc:.4f} >= champion {champ_auc:.4f} + {config.min_auc_delta:g}",
-        f"AUC-ROC {auc:.4f} is below champion {champ_auc:.4f} + {config.min_auc_delta:g}",
+        _not_worse(diff, margin),
+        f"AUC-ROC {auc:.4f} vs champion {champ_auc:.4f}: {describe(diff)}, not shown worse by more than {margin:g}",
+        _worse_message("AUC-ROC", auc, champ_auc, diff, margin),
     )
     ap, champ_ap = _get(challenger, "average_precision"), _get(champion, "average_precision")
-    tol = config.ap_tolerance.value
+    diff, tol = comparison.average_precision, config.ap_tolerance.value
     checks.guard(
-        config.ap_tolerance, ap >= champ_ap - tol,
-        f"average precision {ap:.4f} >= champion {champ_ap:.4f} - {tol:g}",
-        f"average precision {ap:.4f} dropped more than {tol:g} below champion {champ_ap:.4f}",
+        config.ap_tolerance, _not_worse(diff, tol),
+        f"average precision {ap:.4f} vs champion {champ_ap:.4f}: {describe(diff)}, not shown worse by more than {tol:g}",
+        _worse_message("average precision", ap, champ_ap, diff, tol),
     )
-    psi = _get(challenger, "psi")
-    limit = config.psi_limit.value
+    psi, limit = comparison.psi, config.psi_limit.value
     checks.guard(config.psi_limit, psi <= limit, f"score PSI vs champion {psi:.4f} <= {limit:g}",
                  f"score shift: PSI vs champion {psi:.4f} above the limit {limit:g}")
+
+
+def _not_worse(diff: PairedDifference, margin: float) -> bool:
+    """Non-inferiority: the interval of (challenger - champion) reaches -margin or above (NaN: False)."""
+    return diff.upper >= -margin
+
+
+def describe(diff: PairedDifference) -> str:
+    """``difference -0.0001, 95% CI [-0.0012, +0.0010]``: how reasons and reports show an interval."""
+    estimate = "undefined" if math.isnan(diff.estimate) else f"{diff.estimate:+.4f}"
+    interval = ("undefined" if math.isnan(diff.lower) or math.isnan(diff.upper)
+                else f"[{diff.lower:+.4f}, {diff.upper:+.4f}]")
+    return f"difference {estimate}, {diff.confidence:.0%} CI {interval}"
+
+
+def _worse_message(metric: str, value: float, champion_value: float, diff: PairedDifference, margin: float) -> str:
+    if math.isnan(diff.upper):
+        return (f"{INSUFFICIENT_EVIDENCE}: no {metric} interval vs the champion on this holdout "
+                "(too few frauds among the rows both models scored)")
+    return (f"{metric} {value:.4f} is below champion {champion_value:.4f} by more than the margin {margin:g}: "
+            f"{describe(diff)} lies entirely below -{margin:g}")

@@ -38,6 +38,11 @@ class Holdout:
     def labels(self) -> np.ndarray:
         return self.frame[self.manifest.label_column].to_numpy(dtype=np.int64)
 
+    @property
+    def card_ids(self) -> np.ndarray | None:
+        """Card of each row: the unit the gate's intervals resample (None when the rows carry none)."""
+        return self.frame["card_id"].to_numpy() if "card_id" in self.frame.columns else None
+
     def describe(self) -> dict[str, object]:
         return {
             "dataset": self.manifest.dataset, "version": self.manifest.version, "root": str(self.root),

@@ -1,7 +1,8 @@
 """The promotion gate (``fraudctl promote``, the nightly DAG's gate step).
 
 Under the registry lock: resolve ``challenger`` and ``champion``, load the holdout, score both models
-on the same rows, decide with :func:`pipeline.registry.gate.should_promote`, then -- only then --
+on the same rows, compare them with paired intervals (:mod:`pipeline.registry.comparison`), decide
+with :func:`pipeline.registry.gate.should_promote`, check the lock is still held, then -- only then --
 move the aliases, append the audit record, and store the decision (version tags + a JSON report
 artifact on the challenger's run). Any error before that point leaves the registry untouched.
 
@@ -18,13 +19,13 @@ import datetime as dt
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 from mlflow import MlflowClient
 from mlflow.entities.model_registry import ModelVersion
 
-from pipeline.metrics import population_stability_index
+from pipeline.metrics import PairedDifference
 from pipeline.registry import audit
 from pipeline.registry.aliases import advance_champion
+from pipeline.registry.comparison import Comparison, compare_models
 from pipeline.registry.config import RegistryConfig
 from pipeline.registry.errors import HoldoutError, NoChallenger
 from pipeline.registry.gate import Decision, should_promote
@@ -52,7 +53,7 @@ def run_gate(config: RegistryConfig, dataset_root: Path | None = None, dataset_v
     client = connect(config)
     actor = audit.resolve_actor(actor)
     name = config.model_name
-    with registry_lock(config):
+    with registry_lock(config) as lock:
         challenger = version_by_alias(client, name, CHALLENGER)
         if challenger is None:
             raise NoChallenger(f"registered model {name!r} has no {CHALLENGER!r} version: "
@@ -68,6 +69,7 @@ def run_gate(config: RegistryConfig, dataset_root: Path | None = None, dataset_v
         if key in challenger.tags:
             return _replay(GateReport.from_json(challenger.tags[key]))
         report = _evaluate(config, challenger_v, champion, holdout, actor)
+        lock.ensure_held()  # scoring can take long: do not act on a lock another gate has since taken
         _record(client, config, report, challenger, key)
         return report
 
@@ -106,24 +108,23 @@ def _evaluate(config: RegistryConfig, challenger_v: int, champion: ModelVersion 
     challenger_uri = version_uri(name, challenger_v)
     challenger_scores = score_rows(load_scorer(challenger_uri), challenger_uri, holdout.frame)
     challenger_metrics = holdout_metrics(holdout.frame, labels, challenger_scores)
-    champion_v, champion_metrics, notes = None, None, []
+    champion_v, champion_metrics, comparison, notes = None, None, None, []
     if champion is not None:
         champion_v = int(champion.version)
         champion_uri = version_uri(name, champion_v)
         champion_scores = score_rows(load_scorer(champion_uri), champion_uri, holdout.frame)
         champion_metrics = holdout_metrics(holdout.frame, labels, champion_scores)
-        challenger_metrics["psi"] = population_stability_index(
-            champion_scores[np.isfinite(champion_scores)], challenger_scores[np.isfinite(challenger_scores)]
-        )
+        comparison = compare_models(labels, challenger_scores, champion_scores, holdout.card_ids,
+                                    config.gate.intervals)
         seen = training_overlap(holdout, champion.tags.get("dataset.splits"))
         if seen:
             notes.append(f"champion v{champion_v} trained on {', '.join(seen)}, which overlaps the holdout: "
                          "its metrics are optimistic, so the comparison favours the champion")
-    decision = should_promote(challenger_metrics, champion_metrics, config.gate)
+    decision = should_promote(challenger_metrics, champion_metrics, config.gate, comparison)
     return GateReport(
         model_name=name, outcome=PROMOTED if decision.promote else REJECTED,
         challenger_version=challenger_v, champion_version=champion_v, decision=decision,
-        challenger_metrics=challenger_metrics, champion_metrics=champion_metrics,
+        challenger_metrics=challenger_metrics, champion_metrics=champion_metrics, comparison=comparison,
         holdout=holdout.describe(), notes=tuple(notes),
         decided_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), actor=actor,
     )
@@ -131,6 +132,21 @@ def _evaluate(config: RegistryConfig, challenger_v: int, champion: ModelVersion 
 
 def _metric_tags(prefix: str, metrics: dict[str, float]) -> dict[str, str]:
     return {f"{prefix}{k}": f"{metrics[k]:.6f}" for k in ("auc_roc", "average_precision", "ece") if k in metrics}
+
+
+def _comparison_tags(comparison: Comparison | None) -> dict[str, str]:
+    """``gate.diff_<metric>`` with ``_lower`` / ``_upper`` (challenger - champion) and ``gate.psi``."""
+    if comparison is None:
+        return {}
+    tags = {"gate.psi": f"{comparison.psi:.6f}"}
+    diffs: dict[str, PairedDifference] = {"auc_roc": comparison.auc_roc,
+                                          "average_precision": comparison.average_precision}
+    for metric, diff in diffs.items():
+        tags[f"gate.diff_{metric}"] = f"{diff.estimate:.6f}"
+        tags[f"gate.diff_{metric}_lower"] = f"{diff.lower:.6f}"
+        tags[f"gate.diff_{metric}_upper"] = f"{diff.upper:.6f}"
+        tags[f"gate.diff_{metric}_method"] = f"{diff.method} {diff.confidence:.0%} over {diff.units}"
+    return tags
 
 
 def _record(client: MlflowClient, config: RegistryConfig, report: GateReport, challenger: ModelVersion,
@@ -152,6 +168,7 @@ def _record(client: MlflowClient, config: RegistryConfig, report: GateReport, ch
                         f"{report.holdout['start']}..{report.holdout['end']}",
         **_metric_tags("gate.", report.challenger_metrics),
         **_metric_tags("gate.champion_", report.champion_metrics or {}),
+        **_comparison_tags(report.comparison),
         "gate.reasons": reason[:5000],
     }
     for tag, value in summary.items():

@@ -13,7 +13,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from pipeline.registry.audit import AuditRecord
-from pipeline.registry.gate import Decision
+from pipeline.registry.comparison import Comparison
+from pipeline.registry.gate import Decision, describe
 
 EXIT_PROMOTED = 0
 EXIT_REJECTED = 3
@@ -23,7 +24,7 @@ REJECTED = "rejected"
 ALREADY_CHAMPION = "already-champion"
 
 SHOWN_METRICS = ("auc_roc", "average_precision", "recall_at_1pct_fpr", "card_precision_at_100", "ece",
-                 "psi", "nan_share", "n", "n_fraud")
+                 "nan_share", "n", "n_fraud")
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class GateReport:
     decision: Decision
     challenger_metrics: dict[str, float] = field(default_factory=dict)
     champion_metrics: dict[str, float] | None = None
+    comparison: Comparison | None = None  # challenger - champion on the same rows (None: first model)
     holdout: dict[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     decided_at: str = ""
@@ -58,6 +60,8 @@ class GateReport:
         d["challenger_metrics"] = _none_to_nan(d.get("challenger_metrics") or {})
         if d.get("champion_metrics") is not None:
             d["champion_metrics"] = _none_to_nan(d["champion_metrics"])
+        if d.get("comparison") is not None:
+            d["comparison"] = Comparison.from_dict(d["comparison"])
         return GateReport(**d)
 
     def as_replay(self) -> GateReport:
@@ -100,6 +104,8 @@ def format_gate_report(report: GateReport) -> str:
         for key in SHOWN_METRICS:
             if key in report.challenger_metrics or key in champ:
                 lines.append(f"{key:<24}{_fmt(report.challenger_metrics.get(key)):>12}{_fmt(champ.get(key)):>12}")
+    if report.comparison is not None:
+        lines += _comparison_lines(report.comparison)
     verdict = {PROMOTED: f"PROMOTED: v{report.challenger_version} is champion",
                REJECTED: f"REJECTED: champion stays {'v' + str(report.champion_version) if report.champion_version else 'unset'}",
                ALREADY_CHAMPION: f"NOTHING TO DO: v{report.challenger_version} is already champion"}[report.outcome]
@@ -111,6 +117,15 @@ def format_gate_report(report: GateReport) -> str:
     lines += [f"  ! {w}" for w in report.decision.warnings]
     lines += [f"  note: {n}" for n in report.notes]
     return "\n".join(lines)
+
+
+def _comparison_lines(comparison: Comparison) -> list[str]:
+    lines = [f"challenger - champion on the {comparison.n} rows both scored ({comparison.n_fraud} frauds):"]
+    for key, diff in (("auc_roc", comparison.auc_roc), ("average_precision", comparison.average_precision)):
+        units = "cards" if diff.method.endswith("clustered") else "rows"
+        lines.append(f"  {key:<22}{describe(diff)}  ({diff.method}, {diff.units} {units})")
+    lines.append(f"  {'psi':<22}{_fmt(comparison.psi)}")
+    return lines
 
 
 def format_history(model_name: str, aliases: dict[str, int | None], records: list[AuditRecord]) -> str:

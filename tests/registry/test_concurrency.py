@@ -1,4 +1,5 @@
-"""Concurrent gates in separate processes (``fraudctl promote``, as the DAG runs it) and the lock."""
+"""Concurrent gates in separate processes (``fraudctl promote``, as the DAG runs it) and the lock they
+share through the MLflow store (the lock itself: test_lock.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 from pipeline.registry.audit import read_history
 from pipeline.registry.config import load_registry_config
 from pipeline.registry.errors import LockTimeout
-from pipeline.registry.lock import FileLock, lock_path
+from pipeline.registry.lock import registry_lock
 from pipeline.registry.promotion import run_gate
 from pipeline.registry.store import CHAMPION, connect, version_by_alias
 from pipeline.registry.tracking import register_run
@@ -65,26 +66,16 @@ def test_a_gate_waits_for_the_lock_and_gives_up_with_exit_1(world, tmp_path):
     client = connect(config)
     register_run(world.run_dir("locked-out", world.good), config)
     champion_before = version_by_alias(client, config.model_name, CHAMPION)
-    with FileLock(lock_path(config), timeout_s=5):
+    with registry_lock(config) as held:
         code, err = finish(start_gate(world, conf))
-    assert code == 1 and "LockTimeout" in err and "registry lock" in err
+    assert code == 1 and "LockTimeout" in err and "registry lock" in err and held.owner in err
     assert version_by_alias(client, config.model_name, CHAMPION) == champion_before
-
-
-def test_file_lock_excludes_a_second_holder_until_released(tmp_path):
-    path = tmp_path / "locks" / "m.lock"
-    with FileLock(path, timeout_s=5):
-        with pytest.raises(LockTimeout, match=f"pid {os.getpid()}"):
-            FileLock(path, timeout_s=0.3).acquire()
-    second = FileLock(path, timeout_s=0.3)
-    second.acquire()
-    second.release()
 
 
 def test_gate_in_process_honours_a_held_lock(world, config):
     register_run(world.run_dir(f"{config.model_name}-held", world.good), config)
     quick = replace(config, lock_timeout_s=0.3)
-    with FileLock(lock_path(quick), timeout_s=5):
+    with registry_lock(quick):
         with pytest.raises(LockTimeout):
             run_gate(quick)
     assert run_gate(quick).outcome == "promoted"

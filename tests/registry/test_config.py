@@ -14,7 +14,6 @@ from pipeline.registry.config import (
     local_store_dir,
     resolved_tracking_uri,
 )
-from pipeline.registry.lock import lock_path
 
 
 @pytest.mark.parametrize("env", ["dev", "prod"])
@@ -22,7 +21,7 @@ def test_checked_in_configs_load(env, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     config = load_registry_config(env)
     assert config.model_name == "fraud-detector"
-    assert config.gate.min_auc_delta == 0.0
+    assert config.gate.auc_margin > 0 and config.gate.intervals.confidence == 0.95
     assert config.gate.min_holdout_frauds.mode == "block"
 
 
@@ -31,7 +30,6 @@ def test_dev_uses_the_embedded_sqlite_store_under_the_state_dir(state_dir, monke
     config = load_registry_config("dev")
     assert resolved_tracking_uri(config) == f"sqlite:///{state_dir / 'mlflow' / 'mlflow.db'}"
     assert artifact_location(config) == (state_dir / "mlflow" / "artifacts").as_uri()
-    assert lock_path(config) == state_dir / "mlflow" / "locks" / "fraud-detector.lock"
     assert not is_remote(config)
 
 
@@ -43,9 +41,9 @@ def test_mlflow_tracking_uri_overrides_the_file(state_dir, monkeypatch):
     assert local_store_dir(config) == state_dir / "mlflow"
 
 
-def test_explicit_sqlite_uri_puts_the_lock_next_to_the_database(tmp_path):
+def test_explicit_sqlite_uri_gives_its_directory_as_the_local_store(tmp_path):
     config = RegistryConfig(tracking_uri=f"sqlite:///{tmp_path}/elsewhere/store.db")
-    assert lock_path(config) == tmp_path / "elsewhere" / "locks" / "fraud-detector.lock"
+    assert local_store_dir(config) == tmp_path / "elsewhere"
 
 
 def test_unknown_gate_key_and_bad_mode_are_named(tmp_path):

@@ -75,6 +75,15 @@ def test_better_challenger_is_promoted_and_the_old_champion_stays_reachable(worl
     assert float(tags["gate.auc_roc"]) == pytest.approx(report.challenger_metrics["auc_roc"], abs=1e-6)
     stored = json.loads(next(v for k, v in tags.items() if k.startswith(GATE_TAG_PREFIX)))
     assert stored["champion_metrics"]["auc_roc"] == pytest.approx(report.champion_metrics["auc_roc"])
+    auc = report.comparison.auc_roc  # paired interval of challenger - champion, by card
+    assert auc.estimate == pytest.approx(report.challenger_metrics["auc_roc"] - report.champion_metrics["auc_roc"])
+    assert auc.lower < auc.estimate < auc.upper and auc.method == "delong-clustered"
+    for metric in ("auc_roc", "average_precision"):
+        diff = getattr(report.comparison, metric)
+        assert [float(tags[f"gate.diff_{metric}{end}"]) for end in ("_lower", "", "_upper")] == pytest.approx(
+            [diff.lower, diff.estimate, diff.upper], abs=1e-6)
+    assert float(tags["gate.psi"]) == pytest.approx(report.comparison.psi, abs=1e-6)
+    assert stored["comparison"]["auc_roc"]["upper"] == pytest.approx(auc.upper)
     run_id = client.get_model_version(config.model_name, str(new)).run_id
     assert [a.path for a in client.list_artifacts(run_id, "gate")][0].endswith(".json")
 
