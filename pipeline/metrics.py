@@ -18,6 +18,7 @@ from statistics import NormalDist
 from typing import Literal
 
 import numpy as np
+import pandas as pd
 from sklearn.metrics import average_precision_score, roc_auc_score, roc_curve
 
 PSI_RESOLUTION = 1.0  # log-odds: score changes much smaller than this (odds x2.7) do not read as a shift
@@ -56,33 +57,62 @@ def recall_at_fpr(labels, scores, max_fpr: float = 0.01) -> float:
     return float(tpr[fpr <= max_fpr].max())
 
 
-def card_precision_at_k(labels, scores, card_ids, days, k: int = 100) -> float:
-    """Mean over days of the share of fraudulent cards among the ``k`` highest-scored cards of that day.
+@dataclass(frozen=True)
+class DayCardPrecision:
+    """One test day of card precision@k; card counts are distinct cards with a payment that day."""
 
-    A card's daily score is its highest transaction score that day; a card is fraudulent that day
-    if any of its transactions that day is fraud. Days with fewer than ``k`` cards use all cards
-    but still divide by ``k`` (as in the fraud-detection literature: an investigator has k slots).
+    day: str  # YYYY-MM-DD (UTC)
+    cards: int  # ranked: neither known compromised nor detected on an earlier day
+    fraud_cards: int  # of the ranked cards, those with a fraud that day
+    known_removed: int  # left out: known compromised before the day started
+    detected_removed: int  # left out: found in an earlier day's top k
+    hits: int  # fraudulent cards among the top k
+    precision: float  # hits / k
+
+
+def card_precision_at_k(labels, scores, card_ids, days, k: int = 100) -> float:
+    """Mean over days of :func:`daily_card_precision` (no card known compromised beforehand).
+
+    ``days``: each row's UTC day, as ``YYYY-MM-DD`` strings or ``datetime64[D]``.
     """
     y, s = _arrays(labels, scores)
-    cards = np.asarray(card_ids).ravel()
-    day = np.asarray(days).ravel()
     if y.size == 0:
         return float("nan")
-    # Sort by (day, card) so each (day, card) group is contiguous; reduce with ufunc.reduceat.
-    order = np.lexsort((cards, day))
-    day_o, card_o, y_o, s_o = day[order], cards[order], y[order], s[order]
-    new_group = np.ones(y.size, dtype=bool)
-    new_group[1:] = (day_o[1:] != day_o[:-1]) | (card_o[1:] != card_o[:-1])
-    starts = np.flatnonzero(new_group)
-    g_day = day_o[starts]
-    g_score = np.maximum.reduceat(s_o, starts)
-    g_fraud = np.maximum.reduceat(y_o, starts)
-    precisions = []
-    for d in np.unique(g_day):
-        mask = g_day == d
-        top = np.argsort(-g_score[mask], kind="stable")[:k]
-        precisions.append(g_fraud[mask][top].sum() / k)
-    return float(np.mean(precisions))
+    day = np.asarray(days).astype("datetime64[D]").astype(np.int64).ravel()
+    cards = pd.factorize(np.asarray(card_ids).ravel(), sort=True)[0].astype(np.int64)
+    daily = daily_card_precision(day, cards, s, y.astype(np.int64), np.zeros(y.size, dtype=bool), k)
+    return float(np.mean([d.precision for d in daily]))
+
+
+def daily_card_precision(day: np.ndarray, cards: np.ndarray, scores: np.ndarray, labels: np.ndarray,
+                         known: np.ndarray, k: int) -> tuple[DayCardPrecision, ...]:
+    """Card precision@k per test day, oldest first (one row per transaction in, per day out).
+
+    ``day``: UTC day number (days since 1970-01-01); ``cards``: integer card codes ordered like the
+    card ids (ties in score go to the smaller code, so the ranking is deterministic); ``known``:
+    the row's card is known compromised that day.
+    """
+    groups = (pd.DataFrame({"day": day, "card": cards, "score": scores, "fraud": labels, "known": known})
+              .groupby(["day", "card"], sort=True).max())
+    g_day = groups.index.get_level_values("day").to_numpy()
+    g_card = groups.index.get_level_values("card").to_numpy()
+    g_score, g_fraud, g_known = (groups[c].to_numpy() for c in ("score", "fraud", "known"))
+    detected = np.zeros(int(cards.max()) + 1 if cards.size else 0, dtype=bool)
+    out = []
+    bounds = np.flatnonzero(np.diff(g_day, prepend=g_day[:1] - 1, append=g_day[-1:] + 1))
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+        day_cards, day_known = g_card[lo:hi], g_known[lo:hi]
+        earlier = detected[day_cards] & ~day_known
+        ranked = ~day_known & ~earlier
+        top = np.argsort(-g_score[lo:hi][ranked], kind="stable")[:k]
+        top_fraud = g_fraud[lo:hi][ranked][top] == 1
+        detected[day_cards[ranked][top][top_fraud]] = True
+        out.append(DayCardPrecision(
+            day=str(np.datetime64(int(g_day[lo]), "D")), cards=int(ranked.sum()),
+            fraud_cards=int(g_fraud[lo:hi][ranked].sum()), known_removed=int(day_known.sum()),
+            detected_removed=int(earlier.sum()), hits=int(top_fraud.sum()), precision=float(top_fraud.sum() / k),
+        ))
+    return tuple(out)
 
 
 def expected_calibration_error(labels, scores, bins: int = 15) -> float:

@@ -33,7 +33,14 @@ import numpy as np
 import pandas as pd
 
 from pipeline.datasets.manifest import REPORTED_AT_COLUMN, DateWindow
-from pipeline.metrics import auc_roc, average_precision, expected_calibration_error, recall_at_fpr
+from pipeline.metrics import (
+    DayCardPrecision,
+    auc_roc,
+    average_precision,
+    daily_card_precision,
+    expected_calibration_error,
+    recall_at_fpr,
+)
 from pipeline.simulation.config import GENUINE
 
 REQUIRED_COLUMNS = ("transaction_id", "card_id", "event_time", "score", "label")
@@ -156,19 +163,6 @@ def _day(text: str, name: str) -> date:
 
 
 @dataclass(frozen=True)
-class DayCardPrecision:
-    """One test day of card precision@k; card counts are distinct cards with a payment that day."""
-
-    day: str  # YYYY-MM-DD (UTC)
-    cards: int  # ranked: neither known compromised nor detected on an earlier day
-    fraud_cards: int  # of the ranked cards, those with a fraud that day
-    known_removed: int  # left out: known compromised before the day started
-    detected_removed: int  # left out: found in an earlier day's top k
-    hits: int  # fraudulent cards among the top k
-    precision: float  # hits / k
-
-
-@dataclass(frozen=True)
 class ProtocolReport:
     """Every number of the protocol for one scored test window (see the module docstring)."""
 
@@ -215,8 +209,7 @@ def evaluate_protocol(frame: pd.DataFrame, *, label_delay: timedelta, known_comp
     if delay_ns < 0:
         raise ProtocolError(f"label_delay must not be negative, got {label_delay}")
     card_ids, cards, day, scores, labels = _columns(frame)
-    known_at = _known_compromised_at(frame, card_ids, cards, labels, delay_ns, known_compromised, prior_reports)
-    known = known_at[cards] < day * _NS_PER_DAY
+    known = _known_rows(frame, card_ids, cards, day, labels, delay_ns, known_compromised, prior_reports)
     daily = daily_card_precision(day, cards, scores, labels, known, k)
     kept = ~known
     y, s = labels[kept], scores[kept]
@@ -231,35 +224,23 @@ def evaluate_protocol(frame: pd.DataFrame, *, label_delay: timedelta, known_comp
     )
 
 
-def daily_card_precision(day: np.ndarray, cards: np.ndarray, scores: np.ndarray, labels: np.ndarray,
-                         known: np.ndarray, k: int) -> tuple[DayCardPrecision, ...]:
-    """Card precision@k per test day, oldest first (one row per transaction in, per day out).
+def known_compromised_rows(frame: pd.DataFrame, *, label_delay: timedelta, known_compromised: Iterable[str] = (),
+                           prior_reports: pd.DataFrame | None = None) -> np.ndarray:
+    """Which rows belong to a card already known compromised on the row's day (the rule of
+    :func:`evaluate_protocol`), for callers that drop them before their own scoring (the gate).
 
-    ``day``: UTC day number (days since 1970-01-01); ``cards``: integer card codes ordered like the
-    card ids (ties in score go to the smaller code, so the ranking is deterministic); ``known``:
-    the row's card is known compromised that day.
+    ``frame`` needs ``card_id``, ``event_time``, ``label`` and optionally :data:`REPORTED_COLUMN`.
     """
-    groups = (pd.DataFrame({"day": day, "card": cards, "score": scores, "fraud": labels, "known": known})
-              .groupby(["day", "card"], sort=True).max())
-    g_day = groups.index.get_level_values("day").to_numpy()
-    g_card = groups.index.get_level_values("card").to_numpy()
-    g_score, g_fraud, g_known = (groups[c].to_numpy() for c in ("score", "fraud", "known"))
-    detected = np.zeros(int(cards.max()) + 1 if cards.size else 0, dtype=bool)
-    out = []
-    bounds = np.flatnonzero(np.diff(g_day, prepend=g_day[:1] - 1, append=g_day[-1:] + 1))
-    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
-        day_cards, day_known = g_card[lo:hi], g_known[lo:hi]
-        earlier = detected[day_cards] & ~day_known
-        ranked = ~day_known & ~earlier
-        top = np.argsort(-g_score[lo:hi][ranked], kind="stable")[:k]
-        top_fraud = g_fraud[lo:hi][ranked][top] == 1
-        detected[day_cards[ranked][top][top_fraud]] = True
-        out.append(DayCardPrecision(
-            day=str(np.datetime64(int(g_day[lo]), "D")), cards=int(ranked.sum()),
-            fraud_cards=int(g_fraud[lo:hi][ranked].sum()), known_removed=int(day_known.sum()),
-            detected_removed=int(earlier.sum()), hits=int(top_fraud.sum()), precision=float(top_fraud.sum() / k),
-        ))
-    return tuple(out)
+    unscored = frame.assign(score=0.0) if "score" not in frame.columns else frame
+    card_ids, cards, day, _, labels = _columns(unscored)
+    return _known_rows(unscored, card_ids, cards, day, labels, pd.Timedelta(label_delay).value, known_compromised,
+                       prior_reports)
+
+
+def _known_rows(frame: pd.DataFrame, card_ids: pd.Index, cards: np.ndarray, day: np.ndarray, labels: np.ndarray,
+                delay_ns: int, known_compromised: Iterable[str], prior_reports: pd.DataFrame | None) -> np.ndarray:
+    known_at = _known_compromised_at(frame, card_ids, cards, labels, delay_ns, known_compromised, prior_reports)
+    return known_at[cards] < day * _NS_PER_DAY
 
 
 def pattern_recall(patterns: np.ndarray, scores: np.ndarray,

@@ -75,7 +75,7 @@ def dataset_rows(spark: SparkSession, store: RawStore, plan: DatasetPlan, params
             .drop("_train", "_final"))
 
 
-def schema_description(plan: DatasetPlan, config: DatasetConfig) -> dict:
+def schema_description(plan: DatasetPlan, config: DatasetConfig, params: FeatureParams) -> dict:
     """Everything besides the shard bytes that defines the dataset (hashed into the version)."""
     return {
         "contract_schema_version": SCHEMA_VERSION,
@@ -86,6 +86,9 @@ def schema_description(plan: DatasetPlan, config: DatasetConfig) -> dict:
         "train_label_cutoff": plan.train_label_cutoff.isoformat(),
         "label_maturity_days": config.label_maturity_days,
         "num_shards_per_date": config.num_shards_per_date,
+        # The label rule the merchant features used; the evaluation protocol applies the same delay.
+        "label_delay_hours": params.label_delay_hours,
+        "label_match_days": params.label_match_days,
     }
 
 
@@ -124,7 +127,7 @@ def build_dataset(spark: SparkSession, store: RawStore, plan: DatasetPlan, confi
         shutil.rmtree(build_dir, ignore_errors=True)
         raise
     shards = written + write_empty_shards(build_dir, _days(plan), config.num_shards_per_date, written)
-    schema = schema_description(plan, config)
+    schema = schema_description(plan, config, params)
     digest = content_hash(shards, schema)
     version = f"{plan.label_cutoff.isoformat()}-{digest[:12]}"
     reused = _place_version(build_dir, data / version, shards)
@@ -149,8 +152,8 @@ def _manifest(config: DatasetConfig, plan: DatasetPlan, version: str, digest: st
         splits=dict(plan.splits), label_cutoff=plan.label_cutoff.isoformat(),
         num_shards_per_date=config.num_shards_per_date, shards=tuple(shards),
         kafka_offsets=store.committed().consumed_ranges(), content_hash=digest,
-        extra={"label_maturity_days": config.label_maturity_days, "train_label_cutoff": plan.train_label_cutoff.isoformat(), "raw_store": str(store.root),
-               "hashed_schema": schema},
+        extra={"label_maturity_days": config.label_maturity_days, "train_label_cutoff": plan.train_label_cutoff.isoformat(),
+               "label_delay_hours": schema["label_delay_hours"], "raw_store": str(store.root), "hashed_schema": schema},
     )
 
 

@@ -1,8 +1,10 @@
 """``fraudctl evaluate``: score any model URI on any published dataset window.
 
-Returns the standard metric set of :func:`pipeline.metrics.classification_report` (auc_roc,
-average_precision, recall_at_1pct_fpr, card_precision_at_100, ece, n, n_fraud) and optionally writes
-the per-row scores (transaction_id, card_id, event_time, score, label) as Parquet.
+The window is evaluated by the protocol (:mod:`pipeline.protocol`), as the gate evaluates its holdout:
+rows of cards already known compromised on their day are left out (``n_known_removed``), and the
+report holds auc_roc, average_precision, recall_at_1pct_fpr, card_precision_at_100 (per day, detected
+cards excluded), ece, n, n_fraud. Optionally writes the evaluated rows' scores (transaction_id,
+card_id, event_time, score, label, reported_at) as Parquet.
 """
 
 from __future__ import annotations
@@ -16,10 +18,9 @@ from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
 from pipeline.atomic import atomic_path
-from pipeline.datasets.manifest import ManifestError, load_manifest
-from pipeline.datasets.reader import read_window
+from pipeline.datasets.manifest import REPORTED_AT_COLUMN, DateWindow, ManifestError, load_manifest
 from pipeline.registry.errors import DatasetError
-from pipeline.registry.holdout import holdout_metrics
+from pipeline.registry.holdout import holdout_metrics, protocol_holdout
 from pipeline.registry.scoring import load_scorer, score_rows
 
 REPORT_KEYS = ("auc_roc", "average_precision", "recall_at_1pct_fpr", "card_precision_at_100", "ece", "n",
@@ -54,16 +55,19 @@ def evaluate_window(model_uri: str, dataset_root: Path, start: str, end: str, sc
     """Metrics of ``model_uri`` on dates ``[start, end]`` of the dataset (LATEST version by default)."""
     try:
         manifest = load_manifest(Path(dataset_root), dataset_version)
-        frame = read_window(Path(dataset_root), manifest, start, end)
+        window = DateWindow(start, end)
+        holdout = protocol_holdout(Path(dataset_root), manifest, "window", window,
+                                   [s for s in manifest.shards if window.contains(s.date)])
     except ManifestError as exc:
         raise DatasetError(str(exc)) from exc
-    scores = score_rows(load_scorer(model_uri), model_uri, frame)
-    labels = frame[manifest.label_column].to_numpy(dtype="int64")
-    metrics = holdout_metrics(frame, labels, scores)
+    if holdout.frame.empty:
+        raise DatasetError(f"{manifest.dataset}@{manifest.version} has no rows in {start}..{end} to evaluate")
+    scores = score_rows(load_scorer(model_uri), model_uri, holdout.frame)
+    metrics = holdout_metrics(holdout, scores)
     report: dict[str, Any] = {key: metrics[key] for key in REPORT_KEYS}
-    report.update(nan_share=metrics["nan_share"], model_uri=model_uri,
+    report.update(nan_share=metrics["nan_share"], n_known_removed=holdout.known_removed, model_uri=model_uri,
                   dataset=f"{manifest.dataset}@{manifest.version}", start=start, end=end)
     if scores_out is not None:
-        out = frame[["transaction_id", "card_id", "event_time"]].assign(score=scores, label=labels)
-        _write_parquet_atomic(out, Path(scores_out))
+        columns = [c for c in ("transaction_id", "card_id", "event_time", REPORTED_AT_COLUMN) if c in holdout.frame]
+        _write_parquet_atomic(holdout.frame[columns].assign(score=scores, label=holdout.labels), Path(scores_out))
     return report

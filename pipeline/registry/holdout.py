@@ -1,10 +1,16 @@
 """The gate's holdout: the most recent window with mature labels that neither model trained on.
 
 That window is the published dataset's ``test`` split (config ``holdout_split``): ingest builds it
-from the latest dates whose labels passed the label cutoff, and training uses only ``train`` (fit)
-and ``validation`` (early stopping, temperature). The holdout is identified by a fingerprint of its
-shards' bytes and window, so the same rows give the same fingerprint across dataset versions --
-the key that makes a re-run of the same gate idempotent.
+from the latest dates whose labels passed the label cutoff, after a gap of label-maturity days, and
+training uses only ``train`` (fit) and ``validation`` (early stopping, temperature).
+
+The holdout follows the evaluation protocol (:mod:`pipeline.protocol`): rows of cards already known
+to be compromised on the row's day (a fraud in the training period, or a fraud report made, plus
+the label delay, before that day) are dropped, since catching those again is worth nothing, and the
+metrics are the protocol's (card precision@100 per day with detected cards excluded, AUC, AP,
+recall at 1% FPR, ECE). The holdout is identified by a fingerprint of the shards it was built from
+(holdout and earlier splits) and its window, so the same rows give the same fingerprint across
+dataset versions -- the key that makes a re-run of the same gate idempotent.
 """
 
 from __future__ import annotations
@@ -12,14 +18,24 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 
-from pipeline.datasets.manifest import DatasetManifest, DateWindow, ManifestError, content_hash, load_manifest
+from pipeline.datasets.manifest import (
+    REPORTED_AT_COLUMN,
+    DatasetManifest,
+    DateWindow,
+    ManifestError,
+    ShardInfo,
+    content_hash,
+    load_manifest,
+)
 from pipeline.datasets.reader import read_shards
-from pipeline.metrics import classification_report
+from pipeline.protocol import evaluate_protocol, known_compromised_rows
 from pipeline.registry.errors import HoldoutError
 
 TRAINING_SPLITS = ("train", "validation")  # what a model saw: fitting and early stopping/calibration
@@ -31,8 +47,10 @@ class Holdout:
     root: Path
     split: str
     window: DateWindow
-    frame: pd.DataFrame
+    frame: pd.DataFrame  # the protocol's rows: known-compromised cards' rows removed
     fingerprint: str
+    label_delay: timedelta  # a fraud report counts from reported_at + this (the features' delay)
+    known_removed: int = 0  # rows dropped as belonging to a card known compromised that day
 
     @property
     def labels(self) -> np.ndarray:
@@ -48,22 +66,61 @@ class Holdout:
             "dataset": self.manifest.dataset, "version": self.manifest.version, "root": str(self.root),
             "split": self.split, "start": self.window.start, "end": self.window.end,
             "fingerprint": self.fingerprint, "n": int(len(self.frame)), "n_fraud": int(self.labels.sum()),
+            "n_known_removed": self.known_removed,
         }
 
 
+def label_delay_of(manifest: DatasetManifest) -> timedelta:
+    """The label delay the dataset's features were built with (0 for datasets that predate recording it)."""
+    return timedelta(hours=float(manifest.extra.get("label_delay_hours", 0.0)))
+
+
 def load_holdout(root: Path, split: str = "test", version: str | None = None) -> Holdout:
-    """Read split ``split`` of the dataset version (LATEST by default) under ``root``."""
+    """Read split ``split`` of the dataset version (LATEST by default) under ``root``, protocol applied."""
     try:
         manifest = load_manifest(Path(root), version)
         shards = manifest.shards_for(split)
         if not shards:
             raise HoldoutError(f"split {split!r} of {manifest.dataset}@{manifest.version} has no shards")
-        frame = read_shards(Path(root), shards)
+        return protocol_holdout(Path(root), manifest, split, manifest.splits[split], shards)
     except ManifestError as exc:
         raise HoldoutError(f"no usable holdout under {root}: {exc}") from exc
-    window = manifest.splits[split]
-    fingerprint = content_hash(shards, {"split": split, "start": window.start, "end": window.end})
-    return Holdout(manifest, Path(root), split, window, frame, fingerprint)
+
+
+def protocol_holdout(root: Path, manifest: DatasetManifest, name: str, window: DateWindow,
+                     shards: list[ShardInfo]) -> Holdout:
+    """The rows of ``shards`` (the dates of ``window``) minus those of cards known compromised on their day,
+    judged from every published row before ``window`` (training frauds, gap reports) and the window's own
+    reports. Raises ``ManifestError`` on unreadable shards."""
+    frame = read_shards(root, shards)
+    earlier = [s for s in manifest.shards if s.date < window.start]
+    known_cards, prior_reports = _compromise_evidence(root, manifest, earlier)
+    delay = label_delay_of(manifest)
+    known = known_compromised_rows(frame, label_delay=delay, known_compromised=known_cards,
+                                   prior_reports=prior_reports) if len(frame) else np.zeros(0, dtype=bool)
+    fingerprint = content_hash(shards + earlier, {"split": name, "start": window.start, "end": window.end,
+                                                  "protocol": "known-compromised-removed"})
+    return Holdout(manifest, root, name, window, frame[~known].reset_index(drop=True), fingerprint, delay,
+                   int(known.sum()))
+
+
+def _compromise_evidence(root: Path, manifest: DatasetManifest,
+                         shards: list[ShardInfo]) -> tuple[set[str], pd.DataFrame | None]:
+    """Cards with a fraud in the earlier splits (known before the holdout), and every fraud report of
+    those splits' rows (a gap row's fraud reported during the holdout makes its card known from then)."""
+    if not shards:
+        return set(), None
+    columns = ["card_id", manifest.label_column]
+    has_reports = REPORTED_AT_COLUMN in pq.read_schema(root / shards[0].path).names
+    rows = read_shards(root, shards, columns + ([REPORTED_AT_COLUMN] if has_reports else []))
+    training = {name for name in TRAINING_SPLITS if name in manifest.splits}
+    in_training = [s for s in shards if any(manifest.splits[n].contains(s.date) for n in training)]
+    trained = read_shards(root, in_training, columns) if in_training else rows.iloc[:0]
+    known_cards = set(trained.loc[trained[manifest.label_column] == 1, "card_id"])
+    if not has_reports:
+        return known_cards, None
+    reported = rows[rows[REPORTED_AT_COLUMN].notna()]
+    return known_cards, reported[["card_id", REPORTED_AT_COLUMN]].rename(columns={REPORTED_AT_COLUMN: "reported_at"})
 
 
 def _overlaps(a: DateWindow, b: DateWindow) -> bool:
@@ -81,18 +138,16 @@ def training_overlap(holdout: Holdout, splits_tag: str | None) -> list[str]:
     ]
 
 
-def event_days(frame: pd.DataFrame) -> np.ndarray:
-    """YYYY-MM-DD of each row's event time (UTC), for card precision per day."""
-    return pd.to_datetime(frame["event_time"], utc=True).dt.strftime("%Y-%m-%d").to_numpy()
+def holdout_metrics(holdout: Holdout, scores: np.ndarray) -> dict[str, float]:
+    """The protocol's figures on the rows with finite scores, plus ``nan_share`` of the rest.
 
-
-def holdout_metrics(frame: pd.DataFrame, labels: np.ndarray, scores: np.ndarray) -> dict[str, float]:
-    """The standard report on the rows with finite scores, plus ``nan_share`` of the rest."""
+    ``n`` / ``n_fraud`` count every holdout row (the NaN guardrail judges the unscored ones).
+    """
+    labels = holdout.labels
     finite = np.isfinite(scores)
-    report = classification_report(
-        labels[finite], scores[finite], frame["card_id"].to_numpy()[finite], event_days(frame)[finite]
-    )
-    # Size of the evidence = every row scored, NaN or not (the NaN guardrail judges those).
-    report["n"], report["n_fraud"] = int(len(labels)), int(labels.sum())
-    report["nan_share"] = float(1.0 - finite.mean()) if len(scores) else 0.0
-    return report
+    scored = holdout.frame.assign(score=scores, label=labels)[finite]
+    report = evaluate_protocol(scored, label_delay=holdout.label_delay).to_dict()
+    metrics = {key: value for key, value in report.items() if isinstance(value, int | float)}
+    metrics["n"], metrics["n_fraud"] = int(len(labels)), int(labels.sum())
+    metrics["nan_share"] = float(1.0 - finite.mean()) if len(scores) else 0.0
+    return metrics

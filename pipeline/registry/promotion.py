@@ -107,13 +107,13 @@ def _evaluate(config: RegistryConfig, challenger_v: int, champion: ModelVersion 
     labels = holdout.labels
     challenger_uri = version_uri(name, challenger_v)
     challenger_scores = score_rows(load_scorer(challenger_uri), challenger_uri, holdout.frame)
-    challenger_metrics = holdout_metrics(holdout.frame, labels, challenger_scores)
+    challenger_metrics = holdout_metrics(holdout, challenger_scores)
     champion_v, champion_metrics, comparison, notes = None, None, None, []
     if champion is not None:
         champion_v = int(champion.version)
         champion_uri = version_uri(name, champion_v)
         champion_scores = score_rows(load_scorer(champion_uri), champion_uri, holdout.frame)
-        champion_metrics = holdout_metrics(holdout.frame, labels, champion_scores)
+        champion_metrics = holdout_metrics(holdout, champion_scores)
         comparison = compare_models(labels, challenger_scores, champion_scores, holdout.card_ids,
                                     config.gate.intervals)
         seen = training_overlap(holdout, champion.tags.get("dataset.splits"))

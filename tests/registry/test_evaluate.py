@@ -26,10 +26,16 @@ def version(world, config):
 def test_evaluate_reports_the_standard_metrics_on_the_window(world, config, version, tmp_path):
     out = tmp_path / "scores.parquet"
     report = evaluate_window(f"models:/{config.model_name}/{version}", world.root, "2024-03-06", "2024-03-08", out)
-    frame = read_window(world.root, world.manifest, "2024-03-06", "2024-03-08")
+    window = read_window(world.root, world.manifest, "2024-03-06", "2024-03-08")
+    # The protocol: cards with a fraud before the window are known compromised and left out.
+    before = read_window(world.root, world.manifest, "2024-03-01", "2024-03-05")
+    known = set(before.loc[before["label"] == 1, "card_id"])
+    frame = window[~window["card_id"].isin(known)].reset_index(drop=True)
+    assert 0 < len(frame) < len(window)
     expected = classification_report(frame["label"], factory.score(world.good, frame))
     assert set(REPORT_KEYS) <= set(report)
-    assert (report["n"], report["n_fraud"]) == (1200, int(frame["label"].sum()))
+    assert (report["n"], report["n_fraud"], report["n_known_removed"]) == (
+        len(frame), int(frame["label"].sum()), len(window) - len(frame))
     assert report["auc_roc"] == pytest.approx(expected["auc_roc"])
     assert report["ece"] == pytest.approx(expected["ece"])
     assert 0.0 <= report["card_precision_at_100"] <= 1.0
@@ -67,7 +73,8 @@ def test_cli_register_promote_history_evaluate(world, tmp_path):
     code, out = invoke(world, ["evaluate", "--model-uri", "models:/fraud-detector@champion",
                                "--start", "2024-03-07", "--end", "2024-03-08",
                                "--scores-out", str(tmp_path / "s.parquet")])
-    assert code == 0 and json.loads(out)["n"] == 800 and (tmp_path / "s.parquet").is_file()
+    report = json.loads(out)  # 800 rows in the window, less those of cards known compromised
+    assert code == 0 and report["n"] + report["n_known_removed"] == 800 and (tmp_path / "s.parquet").is_file()
     code, out = invoke(world, ["rollback"])
     assert code == 1 and "no previous champion" in out
     code, out = invoke(world, ["rollback", "--to-version", "2", "--reason", "drill", "--actor", "ops"])
