@@ -1,4 +1,5 @@
-"""Transaction simulator: realistic card payments with four fraud patterns and delayed labels.
+"""Transaction simulator: card payments with six drifting fraud patterns, look-alike genuine behaviour
+and noisy, delayed labels.
 
 ``simulate(load_simulation_config(env))`` returns a :class:`Simulation` (transactions, labels,
 ground truth); :mod:`pipeline.simulation.io` writes and reads event files.

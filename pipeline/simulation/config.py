@@ -1,21 +1,31 @@
-"""Simulator settings (``conf/<env>/simulation.toml``): population size, window, fraud mix, label timing.
+"""Simulator settings (``conf/<env>/simulation[.<preset>].toml``): population, window, fraud mix and
+shapes, drift, label noise.
 
 ``seed`` and ``start_date`` fix the random stream of a window; ``seed`` alone fixes the card and
-merchant population, so consecutive windows (nightly runs) see the same cards.
+merchant population, the fraud rings' merchant campaigns and the drift of the fraud mix (all keyed
+to calendar days), so consecutive windows (nightly runs) continue the same story.
+
+Presets: ``simulation.toml`` is the default portfolio; ``simulation.<preset>.toml`` next to it is
+another one (different population, fraud mix and seed), chosen by ``preset=`` or ``$FRAUD_SIM_PRESET``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
+import re
 from dataclasses import dataclass, field
 from datetime import date
 
-from pipeline.config import ConfigError, load_section
+from pipeline.config import ConfigError, conf_dir, load_section
 
 # Fraud pattern names; the order is the code stored in event blocks. ``GENUINE`` is not a pattern.
 GENUINE = "genuine"
-PATTERNS = ("card_testing", "account_takeover", "compromised_merchant", "geo_impossible")
+PATTERNS = ("card_testing", "account_takeover", "compromised_merchant", "geo_impossible", "amount_threshold",
+            "low_and_slow")
+PRESET_ENV_VAR = "FRAUD_SIM_PRESET"
+_PRESET_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 
 
 @dataclass(frozen=True)
@@ -32,13 +42,49 @@ class LabelDelayConfig:
 class PatternMix:
     """Share of fraud *transactions* per pattern (normalised; 0 switches a pattern off)."""
 
-    card_testing: float = 0.30
-    account_takeover: float = 0.30
-    compromised_merchant: float = 0.25
-    geo_impossible: float = 0.15
+    card_testing: float = 0.22
+    account_takeover: float = 0.20
+    compromised_merchant: float = 0.15
+    geo_impossible: float = 0.08
+    amount_threshold: float = 0.20
+    low_and_slow: float = 0.15
 
     def weights(self) -> dict[str, float]:
         return {name: getattr(self, name) for name in PATTERNS}
+
+
+@dataclass(frozen=True)
+class PopulationConfig:
+    """How the portfolio's cardholders spend, including the genuine behaviour that looks like fraud."""
+
+    median_amount_eur: float = 35.0  # population median of a card's typical payment
+    online_share: float = 0.25  # mean share of card-not-present payments (beta-spread per card)
+    travel_day_share: float = 0.04  # mean share of days a card spends abroad
+    far_trip_share: float = 0.25  # of travel days, spent outside Europe
+    night_owl_share: float = 0.10  # cards whose payments cluster around midnight
+    big_purchase_rate: float = 0.01  # per card and day: a one-off purchase of several times the usual ticket
+    micro_burst_rate: float = 0.01  # per card and day: a few in-app purchases of a euro or two within an hour
+
+
+@dataclass(frozen=True)
+class FraudShapeConfig:
+    """Knobs of individual patterns (see :mod:`pipeline.simulation.patterns`)."""
+
+    threshold_amount: float = 250.0  # amount_threshold fraud is above this (merchant's currency), at targeted shops
+    threshold_merchant_share: float = 0.05  # of resellable web shops, targeted at any one time
+    campaign_days: int = 14  # how long a merchant stays skimmed or targeted before the ring moves on
+    card_test_cashout_share: float = 0.5  # card-testing bursts followed by one large purchase
+    # Zero-amount authorisations (card verification) in card-testing bursts. Off: the event contract
+    # requires amount > 0 until it accepts 0; tests are then tiny positive amounts only.
+    zero_amount_card_tests: bool = False
+
+
+@dataclass(frozen=True)
+class DriftConfig:
+    """Change over weeks, keyed to calendar days (so nightly windows continue it)."""
+
+    fraud_mix_amplitude: float = 0.6  # each pattern's share is scaled by exp(amplitude * a slow wave)
+    genuine_amount_amplitude: float = 0.08  # seasonal swing of genuine tickets (peak in mid-December)
 
 
 @dataclass(frozen=True)
@@ -50,10 +96,15 @@ class SimulationConfig:
     num_merchants: int = 2_000
     tx_per_card_per_day: float = 1.5  # population mean of each card's daily rate (gamma-spread)
     fraud_rate: float = 0.005  # fraud share of all transactions in the window
-    unreported_fraud_share: float = 0.10  # fraud incidents nobody ever reports (label noise)
+    unreported_fraud_share: float = 0.12  # fraud incidents nobody ever reports (label noise)
     cleared_report_rate: float = 0.002  # genuine payments that get an is_fraud=false manual review
+    false_report_rate: float = 0.0005  # genuine payments wrongly disputed as fraud (label noise)
+    false_report_cleared_share: float = 0.6  # of those, later cleared by a manual review (is_fraud=false)
     label_delay: LabelDelayConfig = field(default_factory=LabelDelayConfig)
     pattern_mix: PatternMix = field(default_factory=PatternMix)
+    population: PopulationConfig = field(default_factory=PopulationConfig)
+    fraud_shapes: FraudShapeConfig = field(default_factory=FraudShapeConfig)
+    drift: DriftConfig = field(default_factory=DriftConfig)
 
     def __post_init__(self) -> None:
         try:
@@ -65,15 +116,35 @@ class SimulationConfig:
         _require(self.num_merchants >= 100, "num_merchants", self.num_merchants, ">= 100")
         _require(self.tx_per_card_per_day > 0, "tx_per_card_per_day", self.tx_per_card_per_day, "> 0")
         _require(0 <= self.fraud_rate < 0.5, "fraud_rate", self.fraud_rate, "in [0, 0.5)")
-        _require(0 <= self.unreported_fraud_share <= 1, "unreported_fraud_share", self.unreported_fraud_share,
-                 "in [0, 1]")
-        _require(0 <= self.cleared_report_rate <= 1, "cleared_report_rate", self.cleared_report_rate, "in [0, 1]")
+        for key in ("unreported_fraud_share", "cleared_report_rate", "false_report_rate",
+                    "false_report_cleared_share"):
+            _require(0 <= getattr(self, key) <= 1, key, getattr(self, key), "in [0, 1]")
         weights = self.pattern_mix.weights()
         _require(all(w >= 0 for w in weights.values()) and sum(weights.values()) > 0, "pattern_mix", weights,
                  "non-negative with a positive sum")
         delay = self.label_delay
         _require(min(delay.fraud_median_days, delay.cleared_median_days) > 0, "label_delay medians",
                  (delay.fraud_median_days, delay.cleared_median_days), "> 0")
+        self._validate_population()
+        shapes = self.fraud_shapes
+        _require(shapes.threshold_amount > 0, "fraud_shapes.threshold_amount", shapes.threshold_amount, "> 0")
+        _require(0 < shapes.threshold_merchant_share <= 1, "fraud_shapes.threshold_merchant_share",
+                 shapes.threshold_merchant_share, "in (0, 1]")
+        _require(shapes.campaign_days >= 1, "fraud_shapes.campaign_days", shapes.campaign_days, ">= 1")
+        _require(0 <= shapes.card_test_cashout_share <= 1, "fraud_shapes.card_test_cashout_share",
+                 shapes.card_test_cashout_share, "in [0, 1]")
+        _require(0 <= self.drift.fraud_mix_amplitude <= 3, "drift.fraud_mix_amplitude",
+                 self.drift.fraud_mix_amplitude, "in [0, 3]")
+        _require(0 <= self.drift.genuine_amount_amplitude < 1, "drift.genuine_amount_amplitude",
+                 self.drift.genuine_amount_amplitude, "in [0, 1)")
+
+    def _validate_population(self) -> None:
+        pop = self.population
+        _require(pop.median_amount_eur > 0, "population.median_amount_eur", pop.median_amount_eur, "> 0")
+        for key in ("online_share", "travel_day_share"):
+            _require(0 < getattr(pop, key) < 1, f"population.{key}", getattr(pop, key), "in (0, 1)")
+        for key in ("far_trip_share", "night_owl_share", "big_purchase_rate", "micro_burst_rate"):
+            _require(0 <= getattr(pop, key) <= 1, f"population.{key}", getattr(pop, key), "in [0, 1]")
 
     @property
     def window_start(self) -> date:
@@ -86,9 +157,22 @@ def _require(ok: bool, key: str, value: object, rule: str) -> None:
                           f"or the CLI option")
 
 
-def load_simulation_config(env: str | None = None) -> SimulationConfig:
-    """``conf/<env>/simulation.toml`` as a validated :class:`SimulationConfig`."""
-    return load_section(SimulationConfig, "simulation", env)
+def load_simulation_config(env: str | None = None, preset: str | None = None) -> SimulationConfig:
+    """``conf/<env>/simulation.toml``, or ``simulation.<preset>.toml`` when a preset is named (argument
+    first, then ``$FRAUD_SIM_PRESET``), as a validated :class:`SimulationConfig`."""
+    preset = preset or os.environ.get(PRESET_ENV_VAR) or None
+    if preset is None:
+        return load_section(SimulationConfig, "simulation", env)
+    if not _PRESET_NAME.match(preset):
+        raise ConfigError(f"simulation preset {preset!r} must be lower-case letters, digits, '-' or '_'")
+    directory = conf_dir(env)
+    path = directory / f"simulation.{preset}.toml"
+    if not path.is_file():
+        known = sorted(p.name.removeprefix("simulation.").removesuffix(".toml")
+                       for p in directory.glob("simulation.*.toml"))
+        raise ConfigError(f"simulation preset {preset!r}: no {path} (presets there: {', '.join(known) or 'none'}); "
+                          f"fix ${PRESET_ENV_VAR} or the preset option")
+    return load_section(SimulationConfig, "simulation", env, path=path)
 
 
 def config_fingerprint(config: SimulationConfig) -> str:

@@ -1,10 +1,22 @@
-"""Genuine card activity: each card pays at its own rate, hours, ticket size and channel mix.
+"""Genuine card activity: each card pays at its own rate, hours, ticket size and channel mix, plus
+the genuine behaviour that looks like fraud, so that no single feature separates the two:
 
-Travel is decided per (card, day): on a travel day all the card's in-person payments happen in
-one foreign country and none at home, so a genuine trip never looks geographically impossible.
+* travel: on a travel day all the card's in-person payments happen in one foreign country (a
+  quarter of trips outside Europe), and none at home, so a genuine trip is never geographically
+  impossible but does look like a far-away cash-out;
+* big one-off purchases (electronics, flights, hotels) of several times the card's usual ticket,
+  on its own device: what an account takeover looks like by amount;
+* micro bursts: a few in-app purchases of a euro or two within an hour: what card testing looks
+  like by amount and velocity;
+* night owls (see :mod:`.population`) and new merchants: half the at-home in-person payments and
+  every web payment go to a merchant picked afresh.
+
+Genuine tickets swing with the season (``drift.genuine_amount_amplitude``, keyed to the calendar).
 """
 
 from __future__ import annotations
+
+from datetime import date
 
 import numpy as np
 
@@ -16,15 +28,22 @@ from pipeline.simulation.blocks import (
     MOTO,
     MS_PER_DAY,
     MS_PER_HOUR,
+    MS_PER_MINUTE,
     NO_DEVICE,
     NO_INCIDENT,
     EventBlock,
     Window,
+    fit_in_window,
+    hash_uniform,
     round_amount,
+    spaced_times,
 )
+from pipeline.simulation.config import DriftConfig, PopulationConfig
 from pipeline.simulation.population import (
     ATM,
+    BIG_TICKET_MCCS,
     COUNTRY_CURRENCY,
+    DIGITAL_MCC,
     EUR_TO_CURRENCY,
     FAR_COUNTRY_IDX,
     MCC_LOG_FACTOR,
@@ -39,12 +58,32 @@ from pipeline.simulation.population import (
 
 ATM_SHARE = 0.06  # of in-person payments
 REGULAR_SHARE = 0.5  # of at-home in-person payments that go to a regular
-FAR_TRIP_SHARE = 0.1  # of travel days spent outside Europe
 CONTACTLESS_LIMIT_EUR = 50.0
+SEASON_PEAK_DAY_OF_YEAR = 350  # spending peaks before Christmas
 
 
-def genuine_block(rng: np.random.Generator, population: Population, window: Window, days: int) -> EventBlock:
-    cards, merchants = population.cards, population.merchants
+def genuine_block(rng: np.random.Generator, population: Population, window: Window, config: PopulationConfig,
+                  drift: DriftConfig) -> EventBlock:
+    """Every genuine payment of the window: everyday spending, big one-off purchases, micro bursts."""
+    season = seasonal_factor(window, drift.genuine_amount_amplitude)
+    trips = Trips(population.cards, config.far_trip_share, rng.integers(1, 2**62, dtype=np.int64))
+    return EventBlock.concat([
+        _everyday(rng, population, window, trips, season),
+        _big_purchases(rng, population, window, config.big_purchase_rate, trips, season),
+        _micro_bursts(rng, population, window, config.micro_burst_rate),
+    ])
+
+
+def seasonal_factor(window: Window, amplitude: float) -> np.ndarray:
+    """Per window day, the multiplier of genuine tickets: ``exp(amplitude * cos(season))``."""
+    ordinals = range(window.start_day_ordinal, window.start_day_ordinal + window.days)
+    day_of_year = np.array([date.fromordinal(o).timetuple().tm_yday for o in ordinals])
+    return np.exp(amplitude * np.cos(2 * np.pi * (day_of_year - SEASON_PEAK_DAY_OF_YEAR) / 365.25))
+
+
+def _everyday(rng: np.random.Generator, population: Population, window: Window, trips: Trips,
+              season: np.ndarray) -> EventBlock:
+    cards, merchants, days = population.cards, population.merchants, window.days
     counts = rng.poisson(cards.daily_rate * days)
     card = np.repeat(np.arange(cards.count), counts)
     n = len(card)
@@ -53,11 +92,12 @@ def genuine_block(rng: np.random.Generator, population: Population, window: Wind
     time_ms = window.start_ms + day * MS_PER_DAY + (hour * MS_PER_HOUR).astype(np.int64)
 
     online = rng.random(n) < cards.online_share[card]
-    trip_country = _trip_country(rng, cards, card, day)
+    trip_country = trips.country(card, window.start_day_ordinal + day)
     merchant = _pick_merchants(rng, population, card, online, trip_country)
 
     mcc = merchants.mcc[merchant]
-    eur = np.exp(cards.amount_mu[card] + MCC_LOG_FACTOR[mcc] + cards.amount_sigma[card] * rng.standard_normal(n))
+    eur = season[day] * np.exp(cards.amount_mu[card] + MCC_LOG_FACTOR[mcc]
+                               + cards.amount_sigma[card] * rng.standard_normal(n))
     is_atm = merchants.kind[merchant] == ATM
     eur = np.where(is_atm, np.maximum(np.round(eur, -1), 20.0), eur)  # cash machines pay out round sums
     amount = round_amount(eur * EUR_TO_CURRENCY[COUNTRY_CURRENCY[merchants.country[merchant]]])
@@ -66,19 +106,74 @@ def genuine_block(rng: np.random.Generator, population: Population, window: Wind
     channel = np.where(online, np.where(mcc == MOTO_MCC, MOTO, ECOMMERCE),
                        np.where(is_atm, ATM_CHANNEL, np.where(contactless, CONTACTLESS, CARD_PRESENT)))
     device = np.where(online, cards.home_devices(card, rng), NO_DEVICE)
+    return _genuine(card, merchant, time_ms, amount, channel, device)
+
+
+def _big_purchases(rng: np.random.Generator, population: Population, window: Window, rate: float, trips: Trips,
+                   season: np.ndarray) -> EventBlock:
+    """One-off purchases of 3-25x the card's usual ticket: a laptop, a flight, a hotel, a sofa."""
+    cards, merchants = population.cards, population.merchants
+    card, day = _card_days(rng, cards.count, window.days, rate)
+    n = len(card)
+    hour = np.mod(cards.peak_hour[card] + cards.hour_spread[card] * rng.standard_normal(n), 24.0)
+    time_ms = window.start_ms + day * MS_PER_DAY + (hour * MS_PER_HOUR).astype(np.int64)
+    online = rng.random(n) < 0.6
+    web = population.groups.pick_where(rng, (merchants.kind == ONLINE) & np.isin(merchants.mcc, BIG_TICKET_MCCS), n)
+    shop = population.groups.pick(rng, trips.country(card, window.start_day_ordinal + day), PHYSICAL)
+    merchant = np.where(online, web, shop)
+    eur = season[day] * cards.mean_amount()[card] * np.exp(rng.uniform(np.log(3.0), np.log(25.0), n))
+    amount = round_amount(eur * EUR_TO_CURRENCY[COUNTRY_CURRENCY[merchants.country[merchant]]])
+    channel = np.where(online, ECOMMERCE, CARD_PRESENT)
+    device = np.where(online, cards.home_devices(card, rng), NO_DEVICE)
+    return _genuine(card, merchant, time_ms, amount, channel, device)
+
+
+def _micro_bursts(rng: np.random.Generator, population: Population, window: Window, rate: float) -> EventBlock:
+    """2-6 in-app purchases of 0.50-2.00 at one digital-goods shop, a few minutes apart."""
+    cards, merchants = population.cards, population.merchants
+    burst_card, burst_day = _card_days(rng, cards.count, window.days, rate)
+    m = len(burst_card)
+    sizes = rng.integers(2, 7, m)
+    hour = np.mod(cards.peak_hour[burst_card] + cards.hour_spread[burst_card] * rng.standard_normal(m), 24.0)
+    first = window.start_ms + burst_day * MS_PER_DAY + (hour * MS_PER_HOUR).astype(np.int64)
+    burst = np.repeat(np.arange(m), sizes)
+    time_ms = fit_in_window(spaced_times(rng, first, sizes, MS_PER_MINUTE, 15 * MS_PER_MINUTE), burst, window)
+    shop = population.groups.pick_where(rng, (merchants.kind == ONLINE) & (merchants.mcc == DIGITAL_MCC), m)
+    card, merchant = burst_card[burst], shop[burst]
+    eur = rng.choice(np.array([0.5, 0.99, 1.49, 1.99]), len(card))
+    amount = round_amount(eur * EUR_TO_CURRENCY[COUNTRY_CURRENCY[merchants.country[merchant]]])
+    device = cards.home_devices(burst_card, rng)[burst]
+    return _genuine(card, merchant, time_ms, amount, np.full(len(card), ECOMMERCE), device)
+
+
+def _card_days(rng: np.random.Generator, num_cards: int, days: int, rate: float) -> tuple[np.ndarray, np.ndarray]:
+    """(card, window day) of each event that happens to a card on a day with probability ``rate``."""
+    n = rng.binomial(num_cards * days, rate)
+    return rng.integers(0, num_cards, n), rng.integers(0, days, n)
+
+
+def _genuine(card: np.ndarray, merchant: np.ndarray, time_ms: np.ndarray, amount: np.ndarray,
+             channel: np.ndarray, device: np.ndarray) -> EventBlock:
+    n = len(card)
     return EventBlock(card=card, merchant=merchant, time_ms=time_ms, amount=amount, channel=channel,
-                      device=device, pattern=np.zeros(n, np.int8), incident=np.full(n, NO_INCIDENT))
+                      device=device.astype(np.int64), pattern=np.zeros(n, np.int8),
+                      incident=np.full(n, NO_INCIDENT, np.int64))
 
 
-def _trip_country(rng: np.random.Generator, cards: Cards, card: np.ndarray, day: np.ndarray) -> np.ndarray:
-    """Country the card is in on that day: home, or one trip country for the whole day."""
-    salt = rng.integers(1, 2**62, dtype=np.int64).astype(np.uint64)
-    u_travel, u_where, u_far = (_hash_uniform(card, day, salt + np.uint64(k)) for k in range(3))
-    near = np.floor(u_where * len(NEAR_COUNTRIES)).astype(np.int64)
-    near = np.where(near == cards.home[card], len(NEAR_COUNTRIES) - 1, near)  # abroad, not home again
-    far = FAR_COUNTRY_IDX[np.floor(u_where * len(FAR_COUNTRY_IDX)).astype(np.int64)]
-    abroad = np.where(u_far < FAR_TRIP_SHARE, far, near)
-    return np.where(u_travel < cards.travel_share[card], abroad, cards.home[card])
+class Trips:
+    """Where each card is on a calendar day: home, or one trip country for the whole day."""
+
+    def __init__(self, cards: Cards, far_trip_share: float, salt: int) -> None:
+        self._cards, self._far_share, self._salt = cards, far_trip_share, np.uint64(salt)
+
+    def country(self, card: np.ndarray, day_ordinal: np.ndarray) -> np.ndarray:
+        cards = self._cards
+        u_travel, u_where, u_far = (hash_uniform(card, day_ordinal, self._salt + np.uint64(k)) for k in range(3))
+        near = np.floor(u_where * len(NEAR_COUNTRIES)).astype(np.int64)
+        near = np.where(near == cards.home[card], len(NEAR_COUNTRIES) - 1, near)  # abroad, not home again
+        far = FAR_COUNTRY_IDX[np.floor(u_where * len(FAR_COUNTRY_IDX)).astype(np.int64)]
+        abroad = np.where(u_far < self._far_share, far, near)
+        return np.where(u_travel < cards.travel_share[card], abroad, cards.home[card])
 
 
 def _pick_merchants(rng: np.random.Generator, population: Population, card: np.ndarray, online: np.ndarray,
@@ -91,16 +186,3 @@ def _pick_merchants(rng: np.random.Generator, population: Population, card: np.n
     in_person = np.where(at_home & (kind == PHYSICAL) & (rng.random(n) < REGULAR_SHARE), regular, in_person)
     web = population.groups.pick_where(rng, population.merchants.kind == ONLINE, n)
     return np.where(online, web, in_person)
-
-
-def _hash_uniform(a: np.ndarray, b: np.ndarray, salt: np.uint64) -> np.ndarray:
-    """Uniform [0, 1) that depends only on (a, b, salt): splitmix64 finaliser."""
-    with np.errstate(over="ignore"):
-        x = a.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) + b.astype(np.uint64) * np.uint64(0xBF58476D1CE4E5B9)
-        x = x + salt
-        x ^= x >> np.uint64(30)
-        x *= np.uint64(0xBF58476D1CE4E5B9)
-        x ^= x >> np.uint64(27)
-        x *= np.uint64(0x94D049BB133111EB)
-        x ^= x >> np.uint64(31)
-    return (x >> np.uint64(11)).astype(np.float64) / float(2**53)

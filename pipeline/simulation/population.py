@@ -14,6 +14,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipeline.simulation.config import PopulationConfig
+
 HOME_COUNTRIES = ("DE", "FR", "GB", "ES", "IT", "NL", "BE", "AT", "IE", "PT")
 HOME_WEIGHTS = (0.25, 0.20, 0.15, 0.10, 0.10, 0.08, 0.04, 0.03, 0.03, 0.02)
 NEAR_COUNTRIES = HOME_COUNTRIES + ("CH",)  # where European cardholders travel most
@@ -59,9 +61,12 @@ MCC_CODES = tuple(m.code for m in MCCS)
 MCC_KIND = np.array([m.kind for m in MCCS])
 MCC_LOG_FACTOR = np.log([m.amount_factor for m in MCCS])
 MOTO_MCC = MCC_CODES.index("5964")
+DIGITAL_MCC = MCC_CODES.index("5815")
 # Card testers try tiny digital purchases; cashers-out buy resellable goods.
-TESTING_MCCS = np.array([MCC_CODES.index("5815"), MCC_CODES.index("5999")])
+TESTING_MCCS = np.array([DIGITAL_MCC, MCC_CODES.index("5999")])
 RESELLABLE_MCCS = np.array([MCC_CODES.index("5732"), MCC_CODES.index("5999"), MCC_CODES.index("4511")])
+# Where cardholders make their genuine one-off big purchases (and takers of accounts shop too).
+BIG_TICKET_MCCS = np.array([MCC_CODES.index(code) for code in ("5732", "4511", "7011", "5311")])
 # Every run has these, whatever the random draw: the fraud patterns need a shop and a cash machine
 # in every country and US web shops of the kinds fraudsters use.
 _GUARANTEED = (
@@ -80,7 +85,7 @@ class Cards:
     amount_mu: np.ndarray  # log of the card's median payment in EUR
     amount_sigma: np.ndarray  # lognormal spread of its payments
     daily_rate: np.ndarray  # expected payments per day
-    peak_hour: np.ndarray  # UTC hour around which it pays
+    peak_hour: np.ndarray  # UTC hour around which it pays (night owls: around midnight)
     hour_spread: np.ndarray  # std of its payment hour
     online_share: np.ndarray  # probability a payment is card-not-present
     travel_share: np.ndarray  # probability a given day is spent abroad
@@ -113,17 +118,19 @@ class Merchants:
         return len(self.country)
 
 
-def build_cards(rng: np.random.Generator, n: int, mean_daily_rate: float) -> Cards:
+def build_cards(rng: np.random.Generator, n: int, mean_daily_rate: float, config: PopulationConfig) -> Cards:
+    night_owl = rng.random(n) < config.night_owl_share
+    online, travel = config.online_share, config.travel_day_share
     return Cards(
         names=id_strings("card-", np.arange(n), 8),
         home=rng.choice(len(HOME_COUNTRIES), size=n, p=HOME_WEIGHTS),
-        amount_mu=rng.normal(np.log(35.0), 0.5, n),
+        amount_mu=rng.normal(np.log(config.median_amount_eur), 0.5, n),
         amount_sigma=rng.uniform(0.5, 1.0, n),
         daily_rate=rng.gamma(2.0, mean_daily_rate / 2.0, n),
-        peak_hour=rng.uniform(8.0, 19.0, n),
+        peak_hour=np.where(night_owl, np.mod(rng.uniform(21.0, 27.0, n), 24.0), rng.uniform(8.0, 19.0, n)),
         hour_spread=rng.uniform(1.5, 4.0, n),
-        online_share=rng.beta(2.0, 6.0, n),
-        travel_share=rng.beta(1.0, 30.0, n),
+        online_share=rng.beta(2.0, 2.0 * (1.0 - online) / online, n),  # mean = config.online_share
+        travel_share=rng.beta(1.0, (1.0 - travel) / travel, n),
     )
 
 
@@ -188,10 +195,11 @@ class Population:
     regulars: np.ndarray  # (cards, REGULARS_PER_CARD) merchant indexes
 
 
-def build_population(seed: int, num_cards: int, num_merchants: int, mean_daily_rate: float) -> Population:
+def build_population(seed: int, num_cards: int, num_merchants: int, mean_daily_rate: float,
+                     config: PopulationConfig) -> Population:
     """The population of ``seed``: independent of the window, so consecutive nights share cards."""
     rng = np.random.default_rng([seed, _POPULATION_STREAM])
-    cards = build_cards(rng, num_cards, mean_daily_rate)
+    cards = build_cards(rng, num_cards, mean_daily_rate, config)
     merchants = build_merchants(rng, num_merchants)
     groups = MerchantGroups(merchants)
     regulars = groups.pick(rng, np.repeat(cards.home, REGULARS_PER_CARD), PHYSICAL)

@@ -26,11 +26,17 @@ from pipeline.contract import (
     SCHEMA_VERSION,
     TRANSACTION_FIELDS,
 )
-from pipeline.simulation.blocks import NO_DEVICE, EventBlock, Window
-from pipeline.simulation.config import GENUINE, PATTERNS, SimulationConfig, config_fingerprint
+from pipeline.simulation.blocks import MS_PER_DAY, NO_DEVICE, EventBlock, Window
+from pipeline.simulation.config import (
+    GENUINE,
+    PATTERNS,
+    PopulationConfig,
+    SimulationConfig,
+    config_fingerprint,
+)
 from pipeline.simulation.genuine import genuine_block
-from pipeline.simulation.labels import LabelBlock, cleared_reports, fraud_reports
-from pipeline.simulation.patterns import GENERATORS
+from pipeline.simulation.labels import LabelBlock, cleared_reports, false_reports, fraud_reports
+from pipeline.simulation.patterns import GENERATORS, FraudContext
 from pipeline.simulation.population import (
     COUNTRIES,
     COUNTRY_CURRENCY,
@@ -40,6 +46,7 @@ from pipeline.simulation.population import (
     build_population,
     id_strings,
 )
+from pipeline.simulation.schedule import incident_days
 
 TRANSACTION_COLUMNS = tuple(f.name for f in TRANSACTION_FIELDS)
 LABEL_COLUMNS = tuple(f.name for f in LABEL_FIELDS)
@@ -70,15 +77,17 @@ class Simulation:
 
 
 def simulate(config: SimulationConfig) -> Simulation:
-    population = _population(config.seed, config.num_cards, config.num_merchants, config.tx_per_card_per_day)
+    population = _population(config.seed, config.num_cards, config.num_merchants, config.tx_per_card_per_day,
+                             config.population)
     rng = np.random.default_rng([config.seed, config.window_start.toordinal()])
     window = Window.of(config.window_start, config.days)
-    genuine = genuine_block(rng, population, window, config.days)
-    events = _add_fraud(rng, population, genuine, window, config)
+    genuine = genuine_block(rng, population, window, config.population, config.drift)
+    events = _add_fraud(rng, FraudContext(population, genuine, window, config.fraud_shapes, config.seed), config)
     events = events.take(np.argsort(events.time_ms, kind="stable"))
     labels = LabelBlock.concat([
         fraud_reports(rng, events, config.label_delay, config.unreported_fraud_share),
         cleared_reports(rng, events, config.label_delay, config.cleared_report_rate),
+        false_reports(rng, events, config.label_delay, config.false_report_rate, config.false_report_cleared_share),
     ]).sorted_by_report()
     ids = id_strings(f"tx-{config.window_start:%Y%m%d}-{config_fingerprint(config)}-", np.arange(len(events)), 9)
     return Simulation(
@@ -93,32 +102,18 @@ def simulate(config: SimulationConfig) -> Simulation:
     )
 
 
-def fraud_incident_counts(config: SimulationConfig, genuine_count: int) -> dict[str, int]:
-    """Incidents per pattern so that fraud makes up ``fraud_rate`` of all payments.
-
-    Every pattern with a positive weight gets at least one incident, so small runs show them all.
-    """
-    fraud_tx = config.fraud_rate / (1.0 - config.fraud_rate) * genuine_count
-    weights = config.pattern_mix.weights()
-    total = sum(weights.values())
-    counts = {}
-    for name, weight in weights.items():
-        if weight <= 0 or config.fraud_rate <= 0:
-            counts[name] = 0
-            continue
-        counts[name] = max(1, round(fraud_tx * weight / total / GENERATORS[name][1]))
-    return counts
-
-
-def _add_fraud(rng: np.random.Generator, population: Population, genuine: EventBlock, window: Window,
-               config: SimulationConfig) -> EventBlock:
+def _add_fraud(rng: np.random.Generator, ctx: FraudContext, config: SimulationConfig) -> EventBlock:
+    """The genuine block plus every pattern's incidents, scheduled by :func:`.schedule.incident_days`."""
+    genuine, window = ctx.genuine, ctx.window
+    per_day = np.bincount((genuine.time_ms - window.start_ms) // MS_PER_DAY, minlength=window.days)
+    mean_events = {name: pattern.mean_events(config.fraud_shapes) for name, pattern in GENERATORS.items()}
+    days = incident_days(rng, config, per_day, window.start_day_ordinal, mean_events)
     blocks = [genuine]
     next_incident = 0
-    for code, (name, n) in enumerate(fraud_incident_counts(config, len(genuine)).items(), start=1):
-        if n == 0:
+    for code, name in enumerate(PATTERNS, start=1):
+        if len(days[name]) == 0:
             continue
-        generate = GENERATORS[name][0]
-        block = generate(rng, population, genuine, window, n)
+        block = GENERATORS[name].generate(rng, ctx, days[name])
         blocks.append(dataclasses.replace(block, pattern=np.full(len(block), code, np.int8),
                                           incident=block.incident + next_incident))
         next_incident += int(block.incident.max()) + 1 if len(block) else 0
@@ -126,9 +121,10 @@ def _add_fraud(rng: np.random.Generator, population: Population, genuine: EventB
 
 
 @functools.lru_cache(maxsize=2)
-def _population(seed: int, num_cards: int, num_merchants: int, daily_rate: float) -> Population:
+def _population(seed: int, num_cards: int, num_merchants: int, daily_rate: float,
+                config: PopulationConfig) -> Population:
     # Cached: consecutive windows of one seed (nightly runs, tests) rebuild the same population.
-    return build_population(seed, num_cards, num_merchants, daily_rate)
+    return build_population(seed, num_cards, num_merchants, daily_rate, config)
 
 
 def _transactions_frame(events: EventBlock, ids: pa.Array, population: Population) -> pd.DataFrame:

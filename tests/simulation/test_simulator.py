@@ -1,4 +1,7 @@
-"""Simulator statistics, contract conformance, determinism and id uniqueness."""
+"""Simulator output as a whole: contract conformance, fraud rate, labels, determinism, id uniqueness.
+
+Pattern shapes are in test_patterns.py, genuine look-alikes in test_genuine.py.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +15,6 @@ import pytest
 from pipeline.config import ConfigError
 from pipeline.contract import Kind, parse_rfc3339, validate_event
 from pipeline.simulation import GENUINE, PATTERNS, SimulationConfig, load_simulation_config, simulate
-from pipeline.simulation.population import FAR_COUNTRIES, HOME_COUNTRIES
 from pipeline.simulation.simulator import LABEL_COLUMNS, TRANSACTION_COLUMNS
 
 SMALL = SimulationConfig(seed=11, start_date="2026-03-02", days=7, num_cards=5000, num_merchants=600)
@@ -53,6 +55,15 @@ def test_fraud_rate_follows_config_and_every_pattern_is_present(sim) -> None:
 
     heavy = simulate(dataclasses.replace(SMALL, fraud_rate=0.03, days=2))
     assert heavy.truth["is_fraud"].mean() == pytest.approx(0.03, rel=0.2)
+    one_night = simulate(dataclasses.replace(SMALL, fraud_rate=0.03, days=1, start_date="2026-03-20"))
+    assert one_night.truth["is_fraud"].mean() == pytest.approx(0.03, rel=0.25)
+
+
+def test_a_pattern_with_zero_weight_is_absent(sim) -> None:
+    mix = dataclasses.replace(SMALL.pattern_mix, low_and_slow=0.0, card_testing=0.0)
+    counts = simulate(dataclasses.replace(SMALL, days=2, pattern_mix=mix)).pattern_counts()
+    assert counts["low_and_slow"] == 0 and counts["card_testing"] == 0
+    assert counts["account_takeover"] > 0
 
 
 def test_every_record_passes_contract_validation(sim) -> None:
@@ -68,13 +79,23 @@ def test_every_record_passes_contract_validation(sim) -> None:
     assert type(first["schema_version"]) is int and type(first["amount"]) is float
 
 
+def test_amounts_are_positive_unless_zero_amount_card_tests_are_on(sim) -> None:
+    assert (sim.transactions["amount"] >= 0.5).all()
+    shapes = dataclasses.replace(SMALL.fraud_shapes, zero_amount_card_tests=True)
+    zero = simulate(dataclasses.replace(SMALL, days=3, fraud_rate=0.03, fraud_shapes=shapes))
+    joined = zero.transactions.merge(zero.truth, on="transaction_id")
+    zeros = joined[joined["amount"] == 0.0]
+    assert len(zeros) > 0
+    assert set(zeros["pattern"]) == {"card_testing"}
+
+
 def test_labels_refer_to_existing_transactions_after_their_time(sim, frame) -> None:
     labels = sim.labels.merge(frame, on="transaction_id", how="left", suffixes=("", "_truth"))
     assert labels["event_time"].notna().all()
     reported = pd.to_datetime(labels["reported_at"])
     assert (reported >= labels["t"]).all()
-    # Fraud reports only for true fraud; explicit clearances only for genuine payments.
-    assert (labels["is_fraud"] == labels["is_fraud_truth"]).all()
+    # True fraud is never cleared; clearances come from manual reviews only.
+    assert labels.loc[labels["is_fraud_truth"], "is_fraud"].all()
     assert set(labels.loc[~labels["is_fraud"], "source"]) == {"manual_review"}
     assert labels["is_fraud"].any() and (~labels["is_fraud"]).any()
     # Reports take days: most arrive more than a day after the payment, some after the window.
@@ -84,62 +105,26 @@ def test_labels_refer_to_existing_transactions_after_their_time(sim, frame) -> N
 
 
 def test_unreported_share_leaves_fraud_unlabelled() -> None:
-    base = dataclasses.replace(SMALL, days=2, cleared_report_rate=0.0)
+    base = dataclasses.replace(SMALL, days=2, cleared_report_rate=0.0, false_report_rate=0.0)
     every = simulate(dataclasses.replace(base, unreported_fraud_share=0.0))
     none = simulate(dataclasses.replace(base, unreported_fraud_share=1.0))
     assert len(every.labels) == int(every.truth["is_fraud"].sum())
     assert len(none.labels) == 0
 
 
-def test_card_testing_is_a_burst_of_tiny_web_payments_then_a_large_one(frame) -> None:
-    fraud = frame[frame["pattern"] == "card_testing"]
-    assert (fraud["channel"] == "ecommerce").all()
-    for _, card in fraud.groupby("card_id"):
-        tiny = card[card["amount"] <= 3.0]
-        assert len(tiny) >= 5
-        assert tiny["t"].max() - tiny["t"].min() < pd.Timedelta(minutes=15)
-        assert tiny["merchant_id"].nunique() <= 3
-        assert card["amount"].max() > 50 * tiny["amount"].mean()
-        assert card["device_id"].nunique() == 1
-
-
-def test_account_takeover_spends_far_above_the_card_on_a_new_device_abroad(frame) -> None:
-    fraud = frame[frame["pattern"] == "account_takeover"]
-    genuine = frame[frame["pattern"] == GENUINE]
-    assert (fraud["channel"] == "ecommerce").all()
-    assert not fraud["country"].isin(HOME_COUNTRIES).any()
-    own_devices = set(genuine["device_id"].dropna())
-    assert not fraud["device_id"].isin(own_devices).any()
-    typical = genuine.groupby("card_id")["amount"].median()
-    ratio = fraud["amount"] / fraud["card_id"].map(typical)
-    assert ratio.median() > 4.0
-
-
-def test_compromised_merchant_victims_are_cashed_out_abroad_after_a_shop_visit(frame) -> None:
-    fraud = frame[frame["pattern"] == "compromised_merchant"]
-    assert set(fraud["channel"]) <= {"atm", "card_present"}
-    assert fraud["country"].isin(FAR_COUNTRIES).all()
-    # A ring reuses its cash machines: far fewer cash-out merchants than payments.
-    assert fraud["merchant_id"].nunique() < len(fraud)
-    in_person = frame[(frame["pattern"] == GENUINE) & frame["channel"].isin(["card_present", "contactless"])]
-    for card_id, card in fraud.groupby("card_id"):
-        first = card["t"].min()
-        visits = in_person[(in_person["card_id"] == card_id) & (in_person["t"] <= first - pd.Timedelta(hours=2))
-                           & (in_person["t"] >= first - pd.Timedelta(hours=48))]
-        assert len(visits) > 0, card_id
-
-
-def test_geo_impossible_follows_a_home_payment_within_the_hour(frame) -> None:
-    fraud = frame[frame["pattern"] == "geo_impossible"]
-    assert (fraud["channel"] == "card_present").all()
-    assert fraud["country"].isin(FAR_COUNTRIES).all()
-    home = frame[(frame["pattern"] == GENUINE) & frame["country"].isin(HOME_COUNTRIES)
-                 & frame["channel"].isin(["card_present", "contactless"])]
-    for card_id, card in fraud.groupby("card_id"):
-        first = card["t"].min()
-        before = home[(home["card_id"] == card_id) & (home["t"] < first)
-                      & (home["t"] >= first - pd.Timedelta(minutes=60))]
-        assert len(before) > 0, card_id
+def test_wrongly_disputed_genuine_payments_are_cleared_later_or_stay_wrong() -> None:
+    noisy = simulate(dataclasses.replace(SMALL, days=3, false_report_rate=0.01, false_report_cleared_share=0.5,
+                                         cleared_report_rate=0.0, unreported_fraud_share=0.0))
+    labels = noisy.labels.merge(noisy.truth, on="transaction_id", suffixes=("", "_truth"))
+    genuine = labels[~labels["is_fraud_truth"]]
+    disputes = genuine[genuine["is_fraud"]]
+    assert len(disputes) == pytest.approx(0.01 * (~noisy.truth["is_fraud"]).sum(), rel=0.2)
+    assert set(disputes["source"]) <= {"chargeback", "customer_report"}
+    clearances = genuine[~genuine["is_fraud"]].set_index("transaction_id")["reported_at"]
+    assert len(clearances) == pytest.approx(0.5 * len(disputes), rel=0.25)
+    assert clearances.index.isin(disputes["transaction_id"]).all()  # only disputed payments get cleared
+    disputed_at = disputes.set_index("transaction_id")["reported_at"]
+    assert (clearances > disputed_at.loc[clearances.index]).all()  # the clearance is the latest report
 
 
 def test_same_config_is_identical_and_other_seed_differs(sim) -> None:
