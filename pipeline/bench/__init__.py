@@ -20,6 +20,8 @@ BENCHMARKS: dict[str, str] = {
     "ingest": "Spark ingest into the raw store vs one confluent-kafka reader + json.loads (rows/s ratio); features s/million",
     "train": "DDP samples/s with 1 vs 2 processes (1 thread each): scaling efficiency vs the >=0.9 goal",
     "compression": "dense vs top-k (with/without error feedback) at density 0.01/0.001: bytes/step, AUC, AP",
+    "scoring": "our scoring service (online features) vs mlflow models serve on the same champion, 8 concurrent: "
+               "p50/p99/rps, p99 ratio, hot-swap errors",
     "baseline": "our model vs LightGBM on the same features and split: AUC, AP, card precision@100, train time",
 }
 

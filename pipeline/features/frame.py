@@ -24,7 +24,8 @@ from pipeline.features.transforms import FeatureParams
 
 
 def _micros(column: pd.Series) -> np.ndarray:
-    return (pd.to_datetime(column, utc=True, format="ISO8601").astype("int64") // 1000).to_numpy()
+    """Epoch microseconds of RFC 3339 strings or timestamps of any unit."""
+    return pd.to_datetime(column, utc=True, format="ISO8601").dt.as_unit("us").astype("int64").to_numpy()
 
 
 def _dense(values: pd.Series) -> np.ndarray:

@@ -1,0 +1,74 @@
+"""``fraudctl serve`` (the scoring service) and ``fraudctl consistency`` (online vs offline features).
+
+Thin: parse options, load ``conf/<env>/``, call :mod:`pipeline.serving`. FastAPI, torch, MLflow and
+Spark are imported when a command runs, never at import time (``fraudctl --help`` stays fast).
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from pipeline.cli.context import cli_context, parse_date
+from pipeline.config import ConfigError
+
+
+@click.command()
+@click.option("--host", default=None, help="Listen address (default: server.host of conf/<env>/serving.toml, "
+              "$FRAUD_SERVING_HOST; loopback).")
+@click.option("--port", type=click.IntRange(0, 65535), default=None,
+              help="Listen port (default: server.port of serving.toml, $FRAUD_SERVING_PORT).")
+@click.option("--kafka/--no-kafka", "with_kafka", default=True, show_default=True,
+              help="Follow the transactions and labels topics and publish to the scores topic "
+                   "(--no-kafka: features from scored payments only, no scores topic).")
+@click.pass_context
+def serve(ctx: click.Context, host: str | None, port: int | None, with_kafka: bool) -> None:
+    """Score payments over HTTP with the registry's champion (hot-reloaded when the alias moves).
+
+    POST /score, POST /score/batch, GET /health, /ready, /metrics, admin endpoints (token:
+    $FRAUD_SERVING_ADMIN_TOKEN); OpenAPI docs at /docs. Runs until SIGINT/SIGTERM. Exit code 1
+    when the configuration is invalid or the server cannot start (e.g. the port is taken).
+    """
+    from pipeline.serving.errors import ServingError
+    from pipeline.serving.server import run
+
+    try:
+        run(cli_context(ctx).env, host, port, with_kafka)
+    except (ConfigError, ServingError) as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+
+
+@click.command()
+@click.option("--date", "day", required=True, callback=parse_date, metavar="YYYY-MM-DD",
+              help="Event date (UTC) of the scored payments to check.")
+@click.option("--min-share", type=click.FloatRange(0.0, 1.0), default=1.0, show_default=True,
+              help="Exit 1 when fewer than this share of the scored payments match.")
+@click.option("--tolerance", type=click.FloatRange(min=0.0), default=1e-9, show_default=True,
+              help="Relative and absolute tolerance per feature value.")
+@click.pass_context
+def consistency(ctx: click.Context, day, min_share: float, tolerance: float) -> None:
+    """Rebuild the features of the payments scored on DATE from the raw store and compare them with
+    the values the service used (read back from the scores topic). Prints a JSON report.
+
+    Exit code 0 when at least --min-share of them match, 1 when fewer do (or a store is unreadable).
+    """
+    from pipeline.ingest.config import load_ingest_config
+    from pipeline.kafka.admin import KafkaUnavailable
+    from pipeline.kafka.settings import load_kafka_config
+    from pipeline.serving.config import load_serving_config
+    from pipeline.serving.consistency import check_consistency
+
+    env = cli_context(ctx).env
+    try:
+        ingest = load_ingest_config(env)
+        report = check_consistency(day, load_kafka_config(env), load_serving_config(env).scores.topic,
+                                   ingest.raw.root(), ingest.features, tolerance)
+    except (ConfigError, KafkaUnavailable) as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+    click.echo(json.dumps(report.to_dict(), indent=2))
+    if report.scored == 0:
+        raise click.ClickException(f"no decisions for payments of {day} on the scores topic: nothing to compare")
+    if report.share < min_share:
+        raise click.ClickException(f"{report.matched} of {report.scored} scored payments match "
+                                   f"({report.share:.2%} < {min_share:.2%}); see mismatched_features and examples")

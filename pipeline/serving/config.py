@@ -1,0 +1,142 @@
+"""The scoring service's config slice (``conf/<env>/serving.toml``), one dataclass per component.
+
+The HTTP layer gets :class:`ServerConfig`, the model reloader :class:`ModelConfig`, the fusion
+policy :class:`DecisionConfig`, the rule book :class:`RulesConfig`, the online-feature feed
+:class:`StreamConfig`, the score publisher :class:`ScoresConfig`, the admin endpoints
+:class:`AdminConfig`. Where the model comes from (registry URI, model name), which Kafka cluster
+and topics, the label delay of the features and where the raw store lives are *not* repeated
+here: they come from ``registry.toml``, ``kafka.toml`` and ``ingest.toml`` (one definition each).
+
+Connection settings: ``$FRAUD_SERVING_HOST`` / ``$FRAUD_SERVING_PORT`` (and ``--host`` / ``--port``)
+win over the file, and the admin token is read from ``$FRAUD_SERVING_ADMIN_TOKEN`` so that it never
+has to be checked in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pipeline.config import ConfigError, env_override, load_section
+from pipeline.paths import resolve_state_path
+
+ADMIN_TOKEN_ENV = "FRAUD_SERVING_ADMIN_TOKEN"
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Where the service listens and how much it accepts per request."""
+
+    host: str = env_override("FRAUD_SERVING_HOST", "127.0.0.1")  # loopback unless deliberately exposed
+    port: int = env_override("FRAUD_SERVING_PORT", 8080)
+    max_body_bytes: int = 16_384  # POST /score: one transaction is ~300 bytes; anything far bigger is abuse
+    max_batch_bytes: int = 1_048_576  # POST /score/batch
+    max_batch_items: int = 500
+    limit_concurrency: int = 512  # open connections beyond this get 503 from uvicorn instead of queueing
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """How the champion is followed and used."""
+
+    poll_interval_s: float = 10.0  # how often the champion alias is read from the registry
+    shadow: bool = False  # also score the challenger (logged and published, never decides)
+    warmup_rows: int = 64  # rows scored by a freshly loaded model before it takes traffic
+    explain_top_k: int = 3  # features reported per decision (0: no attribution, one forward per request)
+    torch_threads: int = 1  # one-row forwards: extra intra-op threads only add hand-off latency
+
+
+@dataclass(frozen=True)
+class DecisionConfig:
+    """Thresholds of the fusion policy (:mod:`pipeline.serving.decision`) on the calibrated score."""
+
+    review_threshold: float = 0.5  # at or above: send to manual review
+    block_threshold: float = 0.9  # at or above: decline
+    # An allow-listed card/merchant/device is allowed unless its score is at least this extreme;
+    # then the thresholds decide as for anyone else (a compromised VIP card is still a stolen card).
+    allowlist_override: float = 0.99
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.review_threshold <= self.block_threshold <= self.allowlist_override <= 1.0:
+            raise ConfigError("serving decision thresholds must satisfy 0 <= review_threshold <= block_threshold "
+                              f"<= allowlist_override <= 1, got {self.review_threshold}, {self.block_threshold}, "
+                              f"{self.allowlist_override}")
+
+
+@dataclass(frozen=True)
+class RulesConfig:
+    """The block/allow list file (format in docs/scoring.md) and how often it is re-read."""
+
+    path: str = "serving/rules.toml"  # relative paths are under the state directory; a missing file = no rules
+    refresh_interval_s: float = 600.0
+
+    def file(self) -> Path:
+        return resolve_state_path(self.path)
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """The online features' inputs: the raw store at start, then the transactions and labels topics."""
+
+    seed_from_raw_store: bool = True  # replay the raw store's recent history before consuming Kafka
+    consume: bool = True  # follow the topics (off: features see only the seed and scored payments)
+    # History is dropped this long behind the latest event seen, so payments that arrive (or are
+    # scored) up to this late still see every earlier payment their windows read.
+    expiry_margin_hours: float = 24.0
+    expire_interval_s: float = 60.0
+    poll_timeout_ms: int = 200  # a consumer poll returns after this when idle (bounds shutdown time)
+
+
+@dataclass(frozen=True)
+class ScoresConfig:
+    """Every decision goes to the scores topic (transaction id, model version, score, decision, features)."""
+
+    publish: bool = True
+    topic: str = "scores"
+    create_topic: bool = False  # create it when missing (embedded broker); a real cluster's topics are provisioned
+    queue_size: int = 10_000  # decisions waiting to be sent; beyond this they are dropped and counted
+
+
+@dataclass(frozen=True)
+class AdminConfig:
+    """Admin endpoints (reload, pin, rules refresh) need ``Authorization: Bearer <token>``."""
+
+    token: str = env_override(ADMIN_TOKEN_ENV, "")  # empty: the admin endpoints are disabled
+
+
+@dataclass(frozen=True)
+class ServingConfig:
+    server: ServerConfig = field(default_factory=ServerConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    decision: DecisionConfig = field(default_factory=DecisionConfig)
+    rules: RulesConfig = field(default_factory=RulesConfig)
+    stream: StreamConfig = field(default_factory=StreamConfig)
+    scores: ScoresConfig = field(default_factory=ScoresConfig)
+    admin: AdminConfig = field(default_factory=AdminConfig)
+
+
+def validate_serving_config(config: ServingConfig, source: str = "serving.toml") -> ServingConfig:
+    """Reject values that type-check but cannot work, naming the key to fix."""
+    problems = []
+    s, m = config.server, config.model
+    for key in ("max_body_bytes", "max_batch_bytes", "max_batch_items", "limit_concurrency"):
+        if getattr(s, key) < 1:
+            problems.append(f"server.{key} must be >= 1, got {getattr(s, key)}")
+    if not 0 <= s.port <= 65535:
+        problems.append(f"server.port must be in 0..65535, got {s.port}")
+    if m.poll_interval_s <= 0 or config.rules.refresh_interval_s <= 0 or config.stream.expire_interval_s <= 0:
+        problems.append("model.poll_interval_s, rules.refresh_interval_s and stream.expire_interval_s must be > 0")
+    if m.warmup_rows < 1 or m.explain_top_k < 0 or m.torch_threads < 1:
+        problems.append("model.warmup_rows and model.torch_threads must be >= 1, model.explain_top_k >= 0")
+    if config.stream.expiry_margin_hours < 0 or config.stream.poll_timeout_ms < 1:
+        problems.append("stream.expiry_margin_hours must be >= 0 and stream.poll_timeout_ms >= 1")
+    if config.scores.queue_size < 1 or not config.scores.topic:
+        problems.append("scores.queue_size must be >= 1 and scores.topic non-empty")
+    if problems:
+        raise ConfigError(f"{source}: " + "; ".join(problems))
+    return config
+
+
+def load_serving_config(env: str | None = None, path: Path | None = None) -> ServingConfig:
+    """Load and check ``conf/<env>/serving.toml`` (or ``path``)."""
+    return validate_serving_config(load_section(ServingConfig, "serving", env, path), str(path or "serving.toml"))

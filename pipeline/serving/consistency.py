@@ -1,0 +1,122 @@
+"""``fraudctl consistency --date D``: do the served features equal the features training would build?
+
+Online side: the scores topic, where the service wrote the exact feature values each decision was
+made on (first decision per transaction of event date ``D``). Offline side: the same transactions'
+features rebuilt from the raw store by :func:`pipeline.features.frame.build_feature_frame` (the
+kernel the Spark job uses), over all the history those rows can read. A transaction matches when
+every feature agrees within ``tolerance`` (relative and absolute). The share is
+``matched / scored``: a scored payment missing from the raw store counts against it.
+
+Differences mean the online state missed something the raw store holds when the payment was
+scored: history not seeded, a topic lagging behind the requests, payments arriving later than the
+expiry margin, or a label delay that differs between ``ingest.toml`` and the running service.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from pipeline.contract import Kind
+from pipeline.features import definitions as fd
+from pipeline.features.frame import build_feature_frame
+from pipeline.features.transforms import FeatureParams
+from pipeline.ingest.raw_store import RawStore
+from pipeline.kafka.reader import read_topic
+from pipeline.kafka.settings import KafkaConfig
+from pipeline.serving.features import EPOCH, US, micros
+from pipeline.serving.score_event import ScoreEvent
+from pipeline.serving.seed import LABEL_COLUMNS, PAYMENT_COLUMNS, read_raw, seed_history_days
+
+TOLERANCE = 1e-9
+MAX_EXAMPLES = 10
+
+
+@dataclass(frozen=True)
+class ConsistencyReport:
+    date: str
+    scored: int  # transactions of the date with a decision on the scores topic
+    compared: int  # of those, found in the raw store
+    matched: int  # every feature within tolerance
+    tolerance: float
+    mismatched_features: dict[str, int] = field(default_factory=dict)  # feature -> transactions differing
+    examples: list[dict[str, Any]] = field(default_factory=list)  # first differences seen
+
+    @property
+    def missing_offline(self) -> int:
+        return self.scored - self.compared
+
+    @property
+    def share(self) -> float:
+        return self.matched / self.scored if self.scored else float("nan")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"date": self.date, "scored": self.scored, "compared": self.compared,
+                "missing_offline": self.missing_offline, "matched": self.matched, "share": self.share,
+                "tolerance": self.tolerance, "mismatched_features": self.mismatched_features,
+                "examples": self.examples}
+
+
+def event_date(event_time: str) -> date:
+    return (EPOCH + micros(event_time) * US).date()
+
+
+def online_features(events: list[ScoreEvent], day: date) -> dict[str, dict[str, float | int]]:
+    """The features of the first decision on each transaction of ``day``."""
+    out: dict[str, dict[str, float | int]] = {}
+    for event in events:
+        if event.transaction_id not in out and event_date(event.event_time) == day:
+            out[event.transaction_id] = event.features
+    return out
+
+
+def compare(online: dict[str, dict[str, float | int]], offline: dict[str, dict[str, Any]], day: date,
+            tolerance: float = TOLERANCE) -> ConsistencyReport:
+    """Pure: how many online feature rows equal their offline row (matched by transaction id)."""
+    mismatched: Counter[str] = Counter()
+    examples: list[dict[str, Any]] = []
+    compared = matched = 0
+    for tid, served in online.items():
+        rebuilt = offline.get(tid)
+        if rebuilt is None:
+            continue
+        compared += 1
+        differing = [name for name in fd.FEATURE_COLUMNS if not math.isclose(
+            float(served[name]), float(rebuilt[name]), rel_tol=tolerance, abs_tol=tolerance)]
+        mismatched.update(differing)
+        matched += not differing
+        for name in differing:
+            if len(examples) < MAX_EXAMPLES:
+                examples.append({"transaction_id": tid, "feature": name, "online": served[name],
+                                 "offline": float(rebuilt[name])})
+    return ConsistencyReport(day.isoformat(), len(online), compared, matched, tolerance, dict(mismatched), examples)
+
+
+def offline_features(raw_root: Path, params: FeatureParams, day: date) -> dict[str, dict[str, Any]]:
+    """Feature rows of the raw store's transactions of ``day``, by transaction id."""
+    store = RawStore(raw_root)
+    since = day - timedelta(days=seed_history_days(params))
+    tx = read_raw(store, Kind.TRANSACTION, PAYMENT_COLUMNS, since, day).to_pandas()
+    if tx.empty:
+        return {}
+    labels = read_raw(store, Kind.LABEL, LABEL_COLUMNS, since, day).to_pandas()
+    # Nanosecond timestamps: the frame builder's time axis takes pandas' default unit.
+    tx["event_time"] = pd.to_datetime(tx["event_time"], utc=True).astype("datetime64[ns, UTC]")
+    labels["reported_at"] = pd.to_datetime(labels["reported_at"], utc=True).astype("datetime64[ns, UTC]")
+    frame = build_feature_frame(tx, labels, params)
+    frame = frame[frame["event_time"].dt.date == day]
+    return frame.set_index("transaction_id")[list(fd.FEATURE_COLUMNS)].to_dict("index")
+
+
+def check_consistency(day: date, kafka: KafkaConfig, scores_topic: str, raw_root: Path, params: FeatureParams,
+                      tolerance: float = TOLERANCE) -> ConsistencyReport:
+    """Read the scores topic and the raw store, rebuild and compare (see the module doc)."""
+    events = [ScoreEvent.from_json(r.value) for r in read_topic(kafka, scores_topic) if r.value]
+    online = online_features(events, day)
+    return compare(online, offline_features(raw_root, params, day) if online else {}, day, tolerance)

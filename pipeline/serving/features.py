@@ -1,0 +1,111 @@
+"""The service's online features: :class:`pipeline.features.online.OnlineFeatureState` made shareable.
+
+One state, written by three parties (the raw-store seed, the Kafka feed, scored requests) and read
+by every request; :class:`FeatureStore` serialises them with a lock (the state is single-writer).
+A scored payment joins its card's and merchant's history at once, so a burst of payments on one
+card sees its own earlier payments even before they come back from the transactions topic; the
+copy that arrives later is a no-op (the state ignores a transaction id it already holds).
+
+Features are as of the payment's own event time with the training label delay (the state's
+:class:`FeatureParams` come from ``ingest.toml``'s ``[features]``, the slice the Spark job uses).
+Expiry runs against the latest event time seen, less a margin, so that payments arriving that late
+still find every earlier payment their windows read.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pipeline.contract import parse_rfc3339
+from pipeline.features.online import OnlineFeatureState, Payment
+from pipeline.features.transforms import FeatureParams
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+US = timedelta(microseconds=1)
+
+
+def micros(rfc3339: str) -> int:
+    """Epoch microseconds of a contract timestamp, exactly (integer arithmetic, no float rounding)."""
+    return (parse_rfc3339(rfc3339) - EPOCH) // US
+
+
+def warmup_rows(params: FeatureParams, n: int) -> list[dict[str, float | int]]:
+    """Feature rows of ``n`` made-up payments (a few cards and merchants over a day), computed by the
+    real kernel: realistic inputs for warming up a freshly loaded model."""
+    state = OnlineFeatureState(params)
+    start = micros("2026-01-05T00:00:00Z")
+    rows = []
+    for i in range(n):
+        payment = Payment(f"warmup-{i}", f"card-{i % 7}", f"merchant-{i % 5}", start + i * 1_350_000_000,
+                          float(5 + (i * 37) % 400), ("5411", "5812", None)[i % 3],
+                          ("ecommerce", "card_present", None)[i % 3], ("DE", "FR", "US", None)[i % 4])
+        rows.append(state.features(payment))
+        state.observe_payment(payment)
+    return rows
+
+
+def payment_from_event(event: dict[str, Any]) -> Payment:
+    """The fields of a valid transaction event (``contract.validate_event``) that features read."""
+    return Payment(transaction_id=event["transaction_id"], card_id=event["card_id"],
+                   merchant_id=event["merchant_id"], ts_us=micros(event["event_time"]),
+                   amount=float(event["amount"]), mcc=event.get("mcc"), channel=event.get("channel"),
+                   country=event.get("country"))
+
+
+class FeatureStore:
+    """Thread-safe online features with stream-time expiry."""
+
+    def __init__(self, params: FeatureParams, expiry_margin_hours: float) -> None:
+        self.params = params
+        self._state = OnlineFeatureState(params)
+        self._lock = threading.Lock()
+        self._margin_us = int(expiry_margin_hours * 3600 * 1_000_000)
+        self._latest_us: int | None = None  # latest payment event time seen (the stream's clock)
+        self.payments_seen = 0
+        self.labels_seen = 0
+        self.expiries = 0
+
+    def score_features(self, payment: Payment) -> dict[str, float | int]:
+        """Features of ``payment`` as of its time, then remember it (one critical section)."""
+        with self._lock:
+            features = self._state.features(payment)
+            self._observe(payment)
+        return features
+
+    def features(self, payment: Payment) -> dict[str, float | int]:
+        """Features of ``payment`` as of its time, without remembering it."""
+        with self._lock:
+            return self._state.features(payment)
+
+    def observe_payment(self, payment: Payment) -> None:
+        with self._lock:
+            self._observe(payment)
+
+    def _observe(self, payment: Payment) -> None:
+        self._state.observe_payment(payment)
+        self.payments_seen += 1
+        if self._latest_us is None or payment.ts_us > self._latest_us:
+            self._latest_us = payment.ts_us
+
+    def observe_label(self, transaction_id: str, is_fraud: bool, reported_us: int) -> None:
+        with self._lock:
+            self._state.observe_label(transaction_id, is_fraud, reported_us)
+            self.labels_seen += 1
+
+    def expire(self) -> None:
+        """Drop what no payment later than ``latest seen - margin`` can read."""
+        with self._lock:
+            if self._latest_us is None:
+                return
+            self._state.expire(self._latest_us - self._margin_us)
+            self.expiries += 1
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            size = self._state.size()
+            latest = self._latest_us
+        return {**size, "payments_seen": self.payments_seen, "labels_seen": self.labels_seen,
+                "expiries": self.expiries,
+                "latest_event_time": None if latest is None else (EPOCH + latest * US).isoformat()}

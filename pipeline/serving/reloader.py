@@ -1,0 +1,136 @@
+"""Follow a registry alias and hot-swap the model that serves, without failing a request.
+
+:meth:`ModelReloader.sync` (called at start, every ``poll_interval_s`` and by the admin endpoints)
+reads the version the alias names, or the pinned one. When it differs from the live version it
+fetches the version, checks its feature schema and warms it up, all beside the live model, and
+only then replaces the one reference requests read (:attr:`ModelReloader.active`). A request
+takes that reference once and finishes on the model it took, so requests in flight complete on
+the old model and none fail; the old model is freed when the last of them finishes.
+
+A version that fails to load changes nothing: the live model keeps serving, and the failure is
+kept (``last_error``, the failure counter) for /health and /metrics. A failed version is retried
+with a doubling back-off (a transient artifact-store error heals; a corrupt model does not spin).
+Promotions and rollbacks both just move the alias, so both reach the service the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline.serving.config import ModelConfig
+from pipeline.serving.errors import ServingError
+from pipeline.serving.model_source import ModelSource
+from pipeline.serving.scorer import FeatureRow, Scorer
+
+log = logging.getLogger(__name__)
+
+MAX_RETRY_BACKOFF_S = 600.0
+
+
+@dataclass(frozen=True)
+class LoadFailure:
+    version: int | None  # None: the alias itself could not be read
+    at: float  # epoch seconds
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": self.version, "at": self.at, "message": self.message}
+
+
+class ModelReloader:
+    """The live model for one alias (``champion``, or ``challenger`` for shadow scoring)."""
+
+    def __init__(self, source: ModelSource, alias: str, config: ModelConfig, warmup: Sequence[FeatureRow]) -> None:
+        self.source = source
+        self.alias = alias
+        self.config = config
+        self.warmup = list(warmup)
+        self._active: Scorer | None = None
+        self._lock = threading.Lock()  # one load at a time (poller and admin calls)
+        self.pinned: int | None = None
+        self.alias_version: int | None = None  # what the alias named at the last successful read
+        self.last_error: LoadFailure | None = None
+        self.loads: Counter[str] = Counter()  # "success" / "failure" (a version) / "alias_error" (registry)
+        self._retry: dict[int, tuple[float, int]] = {}  # failed version -> (not before, attempts)
+
+    @property
+    def active(self) -> Scorer | None:
+        """The model serving now; read it once per request."""
+        return self._active
+
+    def sync(self, force: bool = False) -> bool:
+        """Bring the live model to the alias's (or pinned) version; True when a new model went live.
+
+        ``force`` reloads even the live version and ignores the retry back-off.
+        """
+        with self._lock:
+            try:
+                self.alias_version = self.source.alias_version(self.alias)
+            except Exception as exc:  # registry unreachable: keep serving what is live
+                self._record_failure(None, f"cannot read alias {self.alias!r} of {self.source.model_name!r}: {exc}",
+                                     "alias_error")
+                return False
+            target = self.pinned if self.pinned is not None else self.alias_version
+            if target is None:
+                return False
+            live = self._active.version if self._active is not None else None
+            if target == live and not force:
+                return False
+            not_before, _ = self._retry.get(target, (0.0, 0))
+            if not force and time.time() < not_before:
+                return False
+            return self._load(target)
+
+    def pin(self, version: int | None) -> Scorer | None:
+        """Serve ``version`` regardless of the alias (``None``: follow the alias again).
+
+        Raises ServingError when the version cannot serve; the live model and the pin stay as they were.
+        """
+        if version is None:
+            with self._lock:
+                self.pinned = None
+            self.sync()
+            return self._active
+        with self._lock:
+            if not self._load(version):
+                raise ServingError(f"cannot pin version {version}: {self.last_error.message}")
+            self.pinned = version
+            return self._active
+
+    def _load(self, version: int) -> bool:
+        started = time.monotonic()
+        try:
+            scorer = Scorer(self.source.fetch(version), version, self.config.explain_top_k)
+            scorer.warm_up(self.warmup)
+        except Exception as exc:  # fetch, schema and warm-up failures alike: the live model stays
+            _, attempts = self._retry.get(version, (0.0, 0))
+            backoff = min(self.config.poll_interval_s * 2 ** attempts, MAX_RETRY_BACKOFF_S)
+            self._retry[version] = (time.time() + backoff, attempts + 1)
+            self._record_failure(version, f"{type(exc).__name__}: {exc}", "failure")
+            return False
+        previous = self._active
+        self._active = scorer  # the swap: one reference assignment
+        self._retry.pop(version, None)
+        self.loads["success"] += 1
+        log.info("%s: version %s live (was %s), loaded in %.2fs", self.alias, version,
+                 previous.version if previous else None, time.monotonic() - started)
+        return True
+
+    def _record_failure(self, version: int | None, message: str, kind: str) -> None:
+        self.loads[kind] += 1
+        self.last_error = LoadFailure(version, time.time(), message)
+        log.warning("%s: %s (the live model, version %s, keeps serving)", self.alias, message,
+                    self._active.version if self._active else None)
+
+    def status(self) -> dict[str, Any]:
+        active = self._active
+        return {"alias": self.alias, "version": active.version if active else None,
+                "loaded_at": active.loaded_at if active else None, "alias_version": self.alias_version,
+                "pinned": self.pinned, "loads": dict(self.loads),
+                "last_error": self.last_error.to_dict() if self.last_error else None}

@@ -1,0 +1,50 @@
+"""What the service publishes to the scores topic for every decision (key: ``transaction_id``).
+
+One definition, written by :mod:`pipeline.serving.publisher` and read back by
+:mod:`pipeline.serving.consistency`. Feature values are JSON numbers written with Python's
+shortest round-trip repr, so reading them back gives the exact float64 the model saw.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SCORE_EVENT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ShadowScore:
+    """The challenger's opinion on the same features: logged, never decides."""
+
+    model_version: int
+    score: float
+    decision: str
+
+
+@dataclass(frozen=True)
+class ScoreEvent:
+    transaction_id: str
+    card_id: str
+    event_time: str  # as the request carried it (RFC 3339)
+    model_version: int
+    score: float
+    decision: str  # allow | review | block
+    decided_by: str  # blocklist | allowlist | score | no_score
+    rules: tuple[str, ...]  # rule hits, e.g. "blocklist:card=card-42"
+    thresholds: tuple[str, ...]  # thresholds the score reached
+    features: dict[str, float | int]  # the model's inputs, FEATURE_COLUMNS order
+    scored_at: str  # RFC 3339, the service's clock
+    shadow: ShadowScore | None = None
+    schema_version: int = field(default=SCORE_EVENT_VERSION)
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+    @staticmethod
+    def from_json(data: bytes | str) -> ScoreEvent:
+        d: dict[str, Any] = json.loads(data)
+        shadow = d.pop("shadow", None)
+        return ScoreEvent(**{**d, "rules": tuple(d["rules"]), "thresholds": tuple(d["thresholds"]),
+                             "shadow": ShadowScore(**shadow) if shadow else None})

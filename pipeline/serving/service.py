@@ -1,0 +1,202 @@
+"""The scoring service without HTTP: one payment in, a decision with its reasons out.
+
+:meth:`ScoringService.score` reads, in order: the live model (one reference, kept for the whole
+request: a hot swap mid-request changes nothing for it), the payment's features as of its own
+time (then the payment joins the history), the model's score and strongest features, the rule
+hits, and the fusion policy's decision; the decision goes to the score publisher's queue. Input
+is an already validated contract event (the HTTP layer validates; so does the Kafka feed).
+
+:meth:`start` loads the champion before returning (so a service that starts with a champion is
+ready at once), then runs the background parts: the alias poll, the rules refresh, feature
+expiry, the event feed and the publisher. :meth:`stop` ends them in reverse order.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from pipeline.contract import format_rfc3339
+from pipeline.features.transforms import FeatureParams
+from pipeline.kafka.settings import KafkaConfig
+from pipeline.registry.config import RegistryConfig
+from pipeline.registry.store import CHALLENGER, CHAMPION
+from pipeline.serving.config import ServingConfig
+from pipeline.serving.decision import Decision, decide
+from pipeline.serving.errors import NotReady
+from pipeline.serving.features import FeatureStore, payment_from_event, warmup_rows
+from pipeline.serving.metrics import Counter
+from pipeline.serving.model_source import RegistryModelSource
+from pipeline.serving.periodic import Periodic
+from pipeline.serving.publisher import ScorePublisher
+from pipeline.serving.reloader import ModelReloader
+from pipeline.serving.rules import RuleBook
+from pipeline.serving.score_event import ScoreEvent
+from pipeline.serving.scorer import Attribution, Scorer
+from pipeline.serving.stream import EventFeed
+
+
+@dataclass(frozen=True)
+class Reasons:
+    """Why: what decided (blocklist, allowlist, score, no_score), the rule hits, the thresholds the
+    score reached, and the features that moved the score most (see :mod:`pipeline.serving.scorer`)."""
+
+    decided_by: str
+    rules: tuple[str, ...]
+    thresholds: tuple[str, ...]
+    top_features: tuple[Attribution, ...]
+
+
+@dataclass(frozen=True)
+class ScoreResult:
+    """The answer to one scoring request (the body of a 200 from POST /score)."""
+
+    transaction_id: str
+    score: float
+    decision: Decision
+    model_version: int
+    reasons: Reasons
+
+    def to_dict(self) -> dict[str, Any]:
+        r = self.reasons
+        return {"transaction_id": self.transaction_id, "score": self.score, "decision": self.decision.value,
+                "model_version": self.model_version,
+                "reasons": {"decided_by": r.decided_by, "rules": list(r.rules), "thresholds": list(r.thresholds),
+                            "top_features": [a.to_dict() for a in r.top_features]}}
+
+
+@dataclass
+class ServiceParts:
+    """The components a service is made of; ``feed``, ``publisher`` and ``shadow`` are optional."""
+
+    champion: ModelReloader
+    features: FeatureStore
+    rules: RuleBook
+    shadow: ModelReloader | None = None
+    feed: EventFeed | None = None
+    publisher: ScorePublisher | None = None
+
+
+class ScoringService:
+    def __init__(self, config: ServingConfig, parts: ServiceParts) -> None:
+        self.config = config
+        self.parts = parts
+        self.decisions = Counter("fraud_scoring_decisions_total", "Decisions made, by decision and by what decided.")
+        self.started_at: float | None = None
+        self._periodic: list[Periodic] = []
+
+    # -- life cycle ----------------------------------------------------------------------------------
+    def start(self) -> None:
+        torch.set_num_threads(self.config.model.torch_threads)
+        p = self.parts
+        p.rules.refresh()
+        p.champion.sync()
+        if p.shadow is not None:
+            p.shadow.sync()
+        self._periodic = [Periodic("model-poll", self.config.model.poll_interval_s, self._poll_models),
+                          Periodic("rules-refresh", self.config.rules.refresh_interval_s, p.rules.refresh),
+                          Periodic("feature-expiry", self.config.stream.expire_interval_s, p.features.expire)]
+        for task in self._periodic:
+            task.start()
+        if p.feed is not None:
+            p.feed.start()
+        if p.publisher is not None:
+            p.publisher.start()
+        self.started_at = time.time()
+
+    def stop(self) -> None:
+        p = self.parts
+        for task in self._periodic:
+            task.stop()
+        if p.feed is not None:
+            p.feed.stop()
+        if p.publisher is not None:
+            p.publisher.stop()
+
+    def _poll_models(self) -> None:
+        self.parts.champion.sync()
+        if self.parts.shadow is not None:
+            self.parts.shadow.sync()
+
+    # -- scoring -------------------------------------------------------------------------------------
+    def live_model(self) -> Scorer:
+        scorer = self.parts.champion.active
+        if scorer is None:
+            error = self.parts.champion.last_error
+            raise NotReady("no model is loaded yet" + (f" (last error: {error.message})" if error else
+                                                       f" (no version has alias {self.parts.champion.alias!r})"))
+        return scorer
+
+    def score(self, event: dict[str, Any]) -> ScoreResult:
+        """Decide one valid transaction event; raises NotReady when no model is live."""
+        return self._score(self.live_model(), event)
+
+    def score_batch(self, events: Sequence[dict[str, Any]]) -> list[ScoreResult]:
+        """Decide many events with one model version, in event-time order (so a card's earlier payment
+        in the batch is history for its later one); results come back in the request's order."""
+        scorer = self.live_model()
+        payments = [payment_from_event(e) for e in events]
+        results: list[ScoreResult | None] = [None] * len(events)
+        for i in sorted(range(len(events)), key=lambda i: payments[i].ts_us):
+            results[i] = self._score(scorer, events[i])
+        return results  # type: ignore[return-value]
+
+    def _score(self, scorer: Scorer, event: dict[str, Any]) -> ScoreResult:
+        payment = payment_from_event(event)
+        features = self.parts.features.score_features(payment)
+        scored = scorer.score(features)
+        hits = self.parts.rules.rules.match(payment.card_id, payment.merchant_id, event.get("device_id"))
+        verdict = decide(scored.score, hits, self.config.decision)
+        self.decisions.inc((("decision", verdict.decision.value), ("decided_by", verdict.decided_by)))
+        rules = tuple(str(h) for h in hits)
+        if self.parts.publisher is not None:
+            self.parts.publisher.submit(ScoreEvent(
+                transaction_id=payment.transaction_id, card_id=payment.card_id, event_time=event["event_time"],
+                model_version=scorer.version, score=scored.score, decision=verdict.decision.value,
+                decided_by=verdict.decided_by, rules=rules, thresholds=verdict.thresholds, features=features,
+                scored_at=format_rfc3339(datetime.now(UTC))), hits)
+        return ScoreResult(payment.transaction_id, scored.score, verdict.decision, scorer.version,
+                           Reasons(verdict.decided_by, rules, verdict.thresholds, scored.top_features))
+
+    # -- state ---------------------------------------------------------------------------------------
+    def readiness(self) -> list[str]:
+        """Why the service is not ready (empty: ready)."""
+        problems = []
+        if self.parts.champion.active is None:
+            problems.append("no model loaded")
+        if self.parts.feed is not None and not self.parts.feed.seeded.is_set():
+            problems.append("online features are still being seeded from the raw store")
+        return problems
+
+    def health(self) -> dict[str, Any]:
+        p = self.parts
+        return {"status": "ok" if not self.readiness() else "not_ready", "not_ready": self.readiness(),
+                "started_at": self.started_at, "model": p.champion.status(),
+                "shadow": p.shadow.status() if p.shadow else None, "rules": vars(p.rules.status()),
+                "features": p.features.status(), "stream": p.feed.status() if p.feed else None,
+                "scores": p.publisher.status() if p.publisher else None}
+
+
+def build_service(config: ServingConfig, registry: RegistryConfig, features: FeatureParams,
+                  kafka: KafkaConfig | None, raw_root: Path | None) -> ScoringService:
+    """A service for the configured registry; ``kafka=None`` runs it without the event feed and
+    the scores topic, ``raw_root=None`` without seeding (features start empty)."""
+    source = RegistryModelSource(registry)
+    warmup = warmup_rows(features, config.model.warmup_rows)
+    champion = ModelReloader(source, CHAMPION, config.model, warmup)
+    shadow = ModelReloader(source, CHALLENGER, config.model, warmup) if config.model.shadow else None
+    store = FeatureStore(features, config.stream.expiry_margin_hours)
+    feed = None
+    if kafka is not None and (config.stream.consume or config.stream.seed_from_raw_store):
+        feed = EventFeed(store, kafka, config.stream, raw_root)
+    publisher = None
+    if (kafka is not None and config.scores.publish) or shadow is not None:
+        publisher = ScorePublisher(config.scores, kafka, config.decision,
+                                   lambda: shadow.active if shadow is not None else None)
+    return ScoringService(config, ServiceParts(champion, store, RuleBook(config.rules.file()), shadow, feed, publisher))

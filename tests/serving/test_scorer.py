@@ -1,0 +1,57 @@
+"""The scorer: refuses models of another feature schema, scores like training does, explains by occlusion."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+
+from models.fraud_mlp import FraudModel, FraudModelConfig
+from pipeline.features import definitions as fd
+from pipeline.serving.errors import ModelRejected
+from pipeline.serving.features import warmup_rows
+from pipeline.serving.scorer import Scorer, check_feature_schema
+from tests.serving import factory
+
+
+def test_a_model_of_an_older_feature_schema_is_refused_by_name(trained):
+    with pytest.raises(ModelRejected, match="amount_log"):
+        Scorer(trained.good, 1, 3)
+
+
+def test_categorical_cardinalities_must_match_the_definitions():
+    resized = {**fd.CATEGORICAL_FEATURES, "mcc_code": 64}
+    with pytest.raises(ModelRejected, match="mcc_code"):
+        check_feature_schema(FraudModelConfig(fd.NUMERIC_FEATURES, resized))
+    check_feature_schema(FraudModelConfig(fd.NUMERIC_FEATURES[:5], {"channel_code": 16}))  # a subset is fine
+
+
+def test_scores_equal_the_training_side_tensor_path(models):
+    scorer = Scorer(models.good, 7, explain_top_k=0)
+    rows = warmup_rows(factory.PARAMS, 20)
+    expected = [factory.score_row(models.good, row) for row in rows]
+    assert [scorer.score(row).score for row in rows] == pytest.approx(expected, rel=1e-6)
+    assert scorer.score_rows(rows) == pytest.approx(expected, rel=1e-5)  # batched float32 kernels
+
+
+def test_attribution_is_the_score_change_when_a_feature_is_missing(models):
+    scorer = Scorer(models.good, 7, explain_top_k=4)
+    row = warmup_rows(factory.PARAMS, 12)[-1]
+    scored = scorer.score(row)
+    assert len(scored.top_features) == 4
+    for attribution in scored.top_features:
+        blanked = {**row, attribution.feature: math.nan if attribution.feature in fd.NUMERIC_FEATURES else 0}
+        assert attribution.contribution == pytest.approx(scored.score - factory.score_row(models.good, blanked),
+                                                         rel=1e-4, abs=1e-7)
+        assert attribution.value == row[attribution.feature]
+    every = [abs(scored.score - factory.score_row(models.good, {**row, name: math.nan}))
+             for name in fd.NUMERIC_FEATURES]
+    assert abs(scored.top_features[0].contribution) >= max(every) - 1e-7  # the strongest comes first
+
+
+def test_warm_up_refuses_scores_that_are_not_probabilities(models):
+    broken: FraudModel = factory.with_nan_output(models.good)
+    with pytest.raises(ModelRejected, match=r"outside \[0, 1\]"):
+        Scorer(broken, 3, 3).warm_up(warmup_rows(factory.PARAMS, 4))
+    Scorer(copy.deepcopy(models.good), 3, 3).warm_up(warmup_rows(factory.PARAMS, 4))
