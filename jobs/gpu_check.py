@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 from pipeline.training.config import derive_train_config, write_train_toml  # noqa: E402
-from pipeline.training.launch import TrainingJobFailed, run_training  # noqa: E402
+from pipeline.training.launch import Torchrun, TrainingJobFailed, run_training  # noqa: E402
 from pipeline.training.synthetic import SyntheticSpec, write_synthetic_dataset  # noqa: E402
 
 STEPS = 300
@@ -36,12 +36,12 @@ def main() -> int:
             "loop": {"epochs": 100, "max_steps": STEPS, "log_every": 50},
         }), Path(tmp) / "train.toml")
         try:
-            summary = run_training(None, Path(tmp) / "run", root, nproc=1, config_path=config)
+            summary = run_training(None, Path(tmp) / "run", root, Torchrun(nproc_per_node=1), config_path=config)
         except TrainingJobFailed as exc:
             print(f"gpu-check: {exc}", file=sys.stderr)
             return 1
-    print(f"gpu-check: {torch.cuda.get_device_name(0)}, backend {summary['backend']}, {summary['global_step']} steps, "
-          f"{summary['train_samples_per_s']:,.0f} samples/s, validation AUC {summary['best_metrics']['auc_roc']:.4f}")
+    print(f"gpu-check: {torch.cuda.get_device_name(0)}, backend {summary.backend}, {summary.global_step} steps, "
+          f"{summary.train_samples_per_s:,.0f} samples/s, validation AUC {summary.best_metrics['auc_roc']:.4f}")
     return 0
 
 

@@ -50,18 +50,18 @@ def run(quick: bool) -> dict[str, Any]:
             }
             name = f"{method}-{density}"
             summary, steps = run_bench_training(Path(tmp), name, root, 2, overrides)
-            steps_per_epoch = summary["global_step"] // epochs
+            steps_per_epoch = summary.global_step // epochs
             warm = dense_warmup + round(density_warmup * steps_per_epoch)
             results.append({
                 "method": method, "density": density,
                 "bytes_per_step": _steady_bytes(steps, warm if density else 0),
-                "bytes_per_step_all_steps": summary["bytes_sent_total"] / summary["global_step"],
-                "auc": summary["best_metrics"]["auc_roc"],
-                "average_precision": summary["best_metrics"]["average_precision"],
-                "best_epoch": summary["best_epoch"],
-                "steps": summary["global_step"],
-                "samples_per_s": summary["train_samples_per_s"],
-                "peak_rss_mb_per_rank": summary["peak_rss_mb_per_rank"],
+                "bytes_per_step_all_steps": summary.bytes_sent_total / summary.global_step,
+                "auc": summary.best_metrics["auc_roc"],
+                "average_precision": summary.best_metrics["average_precision"],
+                "best_epoch": summary.best_epoch,
+                "steps": summary.global_step,
+                "samples_per_s": summary.train_samples_per_s,
+                "peak_rss_mb_per_rank": summary.peak_rss_mb_per_rank,
             })
     dense = results[0]
     for r in results:

@@ -20,24 +20,26 @@ from typing import Any
 from pipeline.bench.dataset import bench_dataset_root
 from pipeline.paths import state_dir
 from pipeline.training.config import derive_train_config, write_train_toml
-from pipeline.training.launch import run_training
-from pipeline.training.run_dir import STEPS_FILE, read_jsonl
+from pipeline.training.launch import Torchrun, run_training
+from pipeline.training.run_dir import RunDir, RunSummary
 
 # The production architecture (conf/prod) so compute per step is realistic; loop settings for timing.
 BENCH_MODEL = {"embedding_dim": 8, "hidden_dim": 128, "num_blocks": 2, "dropout": 0.1}
 
 
 def run_bench_training(workdir: Path, name: str, dataset_root: Path, nproc: int,
-                       overrides: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Train once with conf/dev + ``overrides``; returns (summary, steps.jsonl records)."""
+                       overrides: dict[str, dict[str, Any]]) -> tuple[RunSummary, list[dict[str, Any]]]:
+    """Train once with conf/dev + ``overrides``; returns (summary, steps.jsonl records). The job's
+    output goes to ``<workdir>/<name>.log`` (named in the error if it fails)."""
     config = write_train_toml(derive_train_config("dev", overrides), workdir / f"{name}.toml")
-    run_dir = workdir / name
-    summary = run_training(None, run_dir, dataset_root, nproc=nproc, config_path=config, capture_output=True)
-    return summary, read_jsonl(run_dir, STEPS_FILE)
+    run = RunDir(workdir / name)
+    summary = run_training(None, run.path, dataset_root, Torchrun(nproc_per_node=nproc), config_path=config,
+                           log_file=workdir / f"{name}.log")
+    return summary, run.read_steps()
 
 
-def _cpu_per_sample(summary: dict[str, Any]) -> float:
-    return sum(summary["train_cpu_s_per_rank"]) / summary["train_samples"]
+def _cpu_per_sample(summary: RunSummary) -> float:
+    return sum(summary.train_cpu_s_per_rank) / summary.train_samples
 
 
 def run(quick: bool) -> dict[str, Any]:
@@ -51,7 +53,7 @@ def run(quick: bool) -> dict[str, Any]:
         "loop": {"epochs": 1000, "max_steps": steps, "validate": False, "threads_per_rank": 1, "log_every": 20},
     }
     repeats = 1 if quick else 2
-    runs: dict[int, list[dict[str, Any]]] = {1: [], 2: []}
+    runs: dict[int, list[RunSummary]] = {1: [], 2: []}
     with tempfile.TemporaryDirectory(dir=state_dir()) as tmp:
         # Interleaved repeats, best of each: other load on shared cores only ever slows a run down.
         for attempt in range(repeats):
@@ -59,22 +61,22 @@ def run(quick: bool) -> dict[str, Any]:
                 summary, _ = run_bench_training(Path(tmp), f"p{nproc}-{attempt}", root, nproc, overrides)
                 runs[nproc].append(summary)
                 shutil.rmtree(Path(tmp) / f"p{nproc}-{attempt}", ignore_errors=True)
-    best = {n: max(runs[n], key=lambda s: s["train_samples_per_s"]) for n in runs}
-    t1 = 1.0 / best[1]["train_samples_per_s"]
-    t2 = 1.0 / best[2]["train_samples_per_s"]
+    best = {n: max(runs[n], key=lambda s: s.train_samples_per_s) for n in runs}
+    t1 = 1.0 / best[1].train_samples_per_s
+    t2 = 1.0 / best[2].train_samples_per_s
     return {
         "dataset": {"root": str(root), "source": source},
         "global_batch_size": overrides["data"]["global_batch_size"],
         "steps": steps,
         "threads_per_rank": 1,
         "compression": "allreduce",
-        "samples_per_s": {"1": best[1]["train_samples_per_s"], "2": best[2]["train_samples_per_s"]},
-        "samples_per_s_every_repeat": {str(n): [s["train_samples_per_s"] for s in runs[n]] for n in runs},
+        "samples_per_s": {"1": best[1].train_samples_per_s, "2": best[2].train_samples_per_s},
+        "samples_per_s_every_repeat": {str(n): [s.train_samples_per_s for s in runs[n]] for n in runs},
         "scaling_efficiency": t1 / (2 * t2),
         # Contention-free view: CPU seconds per sample, all ranks together (1 proc vs 2 procs). Shows
         # the work distribution adds, even when other load on the shared cores distorts wall time.
         "cpu_efficiency": _cpu_per_sample(best[1]) / _cpu_per_sample(best[2]),
         "goal_scaling_efficiency": 0.9,
-        "peak_rss_mb_per_rank": {str(n): best[n]["peak_rss_mb_per_rank"] for n in runs},
+        "peak_rss_mb_per_rank": {str(n): best[n].peak_rss_mb_per_rank for n in runs},
         "load_average_1m_at_end": os.getloadavg()[0],
     }

@@ -18,8 +18,10 @@ from pipeline.cli.broker import broker
 from pipeline.cli.context import CliContext
 from pipeline.cli.demo import demo
 from pipeline.cli.ingest import ingest
+from pipeline.cli.nightly import nightly
 from pipeline.cli.produce import produce
 from pipeline.cli.registry import registry_commands
+from pipeline.cli.serve import consistency, serve
 from pipeline.cli.simulate import simulate_command
 from pipeline.cli.train import train
 from pipeline.config import DEFAULT_ENV, ENV_VAR_CONF_ENV
@@ -42,8 +44,11 @@ cli.add_command(broker)
 cli.add_command(bench)
 cli.add_command(demo)
 cli.add_command(ingest)
+cli.add_command(nightly)
 cli.add_command(simulate_command)
 cli.add_command(produce)
 cli.add_command(train)
+cli.add_command(serve)
+cli.add_command(consistency)
 for command in registry_commands:
     cli.add_command(command)

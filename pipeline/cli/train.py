@@ -32,27 +32,29 @@ def train(ctx: click.Context, nproc: int, run_name: str | None, dataset_root: Pa
     Prints rank 0's live progress, then validation metrics, gradient bytes saved and where the
     checkpoints and model are. Exit code 1 when the job fails (the message says why).
     """
-    from pipeline.training.launch import TrainingJobFailed, default_run_dir, default_run_name, run_training
+    from pipeline.training.launch import Torchrun, TrainingJobFailed, default_run_name, run_training
     from pipeline.training.progress import format_bytes
+    from pipeline.training.run_dir import RunDir
 
-    run_dir = default_run_dir(run_name or default_run_name())
-    click.echo(f"run directory: {run_dir}")
+    run = RunDir.named(run_name or default_run_name())
+    click.echo(f"run directory: {run.path}")
     try:
-        summary = run_training(cli_context(ctx).env, run_dir, dataset_root, nproc, max_restarts, resume)
+        summary = run_training(cli_context(ctx).env, run.path, dataset_root,
+                               Torchrun(nproc_per_node=nproc, max_restarts=max_restarts), resume)
     except TrainingJobFailed as exc:
         raise click.ClickException(str(exc)) from exc
-    metrics = summary["best_metrics"]
-    click.echo(f"validation (best epoch {summary['best_epoch']}): "
-               + "  ".join(f"{k} {v:.4f}" for k, v in sorted(metrics.items())))
-    sent, dense = summary["bytes_sent_total"], summary["bytes_dense_total"]
+    click.echo(f"validation (best epoch {summary.best_epoch}): "
+               + "  ".join(f"{k} {v:.4f}" for k, v in sorted(summary.best_metrics.items())))
+    sent, dense = summary.bytes_sent_total, summary.bytes_dense_total
     ratio = dense / sent if sent else float("nan")
     click.echo(f"gradient traffic per rank: {format_bytes(sent)} sent vs {format_bytes(dense)} dense "
-               f"({ratio:.1f}x less, {summary['compression']['method']})")
-    click.echo(f"calibration: temperature {summary['temperature']:.3f}, ECE {summary['calibrated_ece']:.4f}")
-    click.echo(f"checkpoints: {summary['checkpoint_dir']}  (best: {summary['checkpoint_dir']}/best)")
-    click.echo(f"model: {summary['model_dir']}")
+               f"({ratio:.1f}x less, {summary.compression.method})")
+    ece = f"{summary.calibrated_ece:.4f}" if summary.calibrated_ece is not None else "n/a"
+    click.echo(f"calibration: temperature {summary.temperature:.3f}, ECE {ece}")
+    click.echo(f"checkpoints: {run.checkpoints}  (best: {run.best_checkpoint})")
+    click.echo(f"model: {run.model}")
     if register:
-        _register(cli_context(ctx).env, run_dir)
+        _register(cli_context(ctx).env, run.path)
 
 
 def _register(env: str, run_dir: Path) -> None:

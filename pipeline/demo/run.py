@@ -1,7 +1,9 @@
-"""The demo's story, stage by stage: broker -> publish a night -> ingest -> train -> gate -> stop.
+"""The demo: start a broker, publish the next simulated night, run the nightly cycle, summarise.
 
-Every stage calls the same library entry points the production jobs use (no demo-only paths);
-the demo only chooses small sizes (conf/<env>/demo.toml) and prints a summary per stage.
+The cycle is the production one (:func:`pipeline.nightly.cycle.run_cycle`, what ``fraudctl nightly``
+and the fraud_nightly DAG run); the demo only supplies what production has already: a Kafka
+cluster (the embedded broker, with the nights played so far replayed into it) and a night of
+traffic (the simulator, sized by conf/<env>/demo.toml). Nothing here is a demo-only path.
 """
 
 from __future__ import annotations
@@ -10,8 +12,8 @@ import dataclasses
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import date
-from pathlib import Path
 
 from pipeline.contract import Kind
 from pipeline.demo.dirty import dirty_transactions, publish_raw
@@ -24,29 +26,41 @@ from pipeline.demo.nights import (
     save_played,
     simulate_night,
 )
-from pipeline.ingest.config import load_ingest_config
-from pipeline.ingest.job import IngestReport, run_nightly
-from pipeline.ingest.progress import Progress, print_summary
 from pipeline.kafka.broker import EmbeddedBroker, free_port
 from pipeline.kafka.producer import publish_records
 from pipeline.kafka.reader import read_topic
 from pipeline.kafka.settings import KafkaConfig, load_kafka_config
+from pipeline.nightly.records import NightReport
 from pipeline.paths import state_dir
-from pipeline.registry.config import load_registry_config
-from pipeline.registry.promotion import run_gate
-from pipeline.registry.report import format_gate_report
-from pipeline.registry.tracking import register_run
 from pipeline.simulation import load_simulation_config
-from pipeline.training.launch import run_training
-from pipeline.training.progress import format_bytes
+from pipeline.training.launch import Torchrun
+
+Echo = Callable[[str], None]
 
 
 class DemoFailed(RuntimeError):
     """A stage failed; the message names the stage and what to look at."""
 
 
-def run_demo(env: str, demo: DemoConfig, echo: Callable[[str], None] = print) -> int:
-    """Play the next night end to end. Returns the gate's exit code (0 promoted, 3 rejected)."""
+@dataclass(frozen=True)
+class Tonight:
+    """What the night's traffic held (the simulator's truth, which Kafka never carries)."""
+
+    payments: int
+    frauds: int
+    reports: int
+    bad_records: int
+
+
+def run_demo(env: str, demo: DemoConfig, echo: Echo = print) -> NightReport:
+    """Play the next night end to end and return its report (the gate promoted or rejected).
+
+    Raises DemoFailed naming the stage when one fails; the night is then played again by the next
+    run (its records replay identically and every stage of the cycle is idempotent).
+    """
+    from pipeline.nightly.cycle import CycleConfig, run_cycle
+    from pipeline.nightly.stages import StageFailed
+
     state = state_dir()
     base = load_simulation_config(env)
     played = load_played(state)
@@ -63,24 +77,29 @@ def run_demo(env: str, demo: DemoConfig, echo: Callable[[str], None] = print) ->
         echo(f"   Tansu pid {broker.process.pid} on {broker.bootstrap_servers}, topics {', '.join(kafka.topics())}")
     try:
         with _stage(echo, "simulate + publish"):
-            publish_nights(kafka, nights, base, demo, echo)
-        with _stage(echo, "ingest (Spark)"):
-            report = run_nightly(load_ingest_config(env), kafka, tonight.run_date, progress=Progress(emit=echo))
-            print_summary(report)
-            save_played(state, played + 1)  # the raw store has committed this night's offsets
+            traffic = publish_nights(kafka, nights, base, demo, echo)
+        cycle = dataclasses.replace(CycleConfig.load(env), kafka=kafka,
+                                    torchrun=Torchrun(nproc_per_node=demo.train_processes))
+        try:
+            night = run_cycle(cycle, tonight.run_date, echo)
+        except StageFailed as exc:
+            raise DemoFailed(f"night {tonight.index + 1}: {exc}") from exc
+        save_played(state, played + 1)
     finally:
         broker.stop()
         echo(f"   broker pid {broker.process.pid} stopped")
-    gate_code = train_and_gate(env, demo, tonight, report, echo)
-    echo(f"== night {tonight.index + 1} done in {time.monotonic() - started:.0f}s; run `make demo` again for the next night")
-    return gate_code
+    # -- Scoring service: pipeline/serving plugs in here (start it on tonight's champion, score a
+    #    sample of tonight's payments, stop it) and adds its lines to the summary below.
+    for line in summary_lines(tonight, traffic, night, cycle.registry, time.monotonic() - started):
+        echo(line)
+    return night
 
 
-def publish_nights(kafka: KafkaConfig, nights: list[Night], base, demo: DemoConfig,
-                   echo: Callable[[str], None]) -> None:
+def publish_nights(kafka: KafkaConfig, nights: list[Night], base, demo: DemoConfig, echo: Echo) -> Tonight:
     """Replay earlier nights and publish tonight's, in the same order every time (same offsets)."""
     sims = []
     sent = Counter()
+    tonight = None
     for i, night in enumerate(nights):
         sims.append(simulate_night(night, base, demo))
         sim = sims[-1]
@@ -94,47 +113,70 @@ def publish_nights(kafka: KafkaConfig, nights: list[Night], base, demo: DemoConf
                 raise DemoFailed(f"publishing night {night.index + 1} to {r.topic}: {r.failed} failed ({r.errors[:3]})")
         sent.update({"transactions": tx.sent + raw, "labels": lab.sent})
         if night is nights[-1]:
-            frauds = int(sim.truth["is_fraud"].sum())
+            tonight = Tonight(len(sim.transactions), int(sim.truth["is_fraud"].sum()), lab.sent, len(dirty))
             reasons = Counter(str(reason) if reason else "duplicate" for reason, _, _ in dirty)
-            echo(f"   tonight: {len(sim.transactions)} payments ({frauds} fraudulent: "
+            echo(f"   tonight: {tonight.payments} payments ({tonight.frauds} fraudulent: "
                  + ", ".join(f"{k} {v}" for k, v in sim.pattern_counts().items() if k != "genuine")
-                 + f"), {lab.sent} fraud reports made by {night.run_date}, "
-                 + f"{len(dirty)} bad/duplicate records mixed in ({dict(reasons)})")
+                 + f"), {tonight.reports} fraud reports made by {night.run_date}, "
+                 + f"{tonight.bad_records} bad/duplicate records mixed in ({dict(reasons)})")
     back = {topic: len(read_topic(kafka, topic)) for topic in kafka.topics()}
     echo(f"   published {sent['transactions']} transaction and {sent['labels']} label records in all; "
          f"read back {back[kafka.transactions_topic]} and {back[kafka.labels_topic]}")
     if back != {kafka.transactions_topic: sent["transactions"], kafka.labels_topic: sent["labels"]}:
         raise DemoFailed(f"Kafka round trip lost records: sent {dict(sent)}, read back {back}")
+    return tonight
 
 
-def train_and_gate(env: str, demo: DemoConfig, night: Night, report: IngestReport,
-                   echo: Callable[[str], None]) -> int:
-    dataset_root = Path(report.dataset.root)
-    run_dir = state_dir() / "runs" / f"demo-night-{night.index + 1:03d}"
-    with _stage(echo, f"train ({demo.train_processes} DDP processes, gloo)"):
-        summary = run_training(env, run_dir, dataset_root, demo.train_processes)
-        best = summary["best_metrics"]
-        sent, dense = summary["bytes_sent_total"], summary["bytes_dense_total"]
-        echo(f"   validation (best epoch {summary['best_epoch']}): AUC {best['auc_roc']:.4f}  "
-             f"AP {best['average_precision']:.4f}  recall@1%FPR {best['recall_at_1pct_fpr']:.4f}  "
-             f"card P@100 {best['card_precision_at_100']:.3f}")
-        echo(f"   gradients: {format_bytes(sent)} sent instead of {format_bytes(dense)} dense "
-             f"({dense / max(sent, 1):.0f}x less, {summary['compression']['method']} "
-             f"density {summary['compression']['density']})")
-        echo(f"   checkpoints: {summary['checkpoint_dir']}   model: {summary['model_dir']}")
-    registry = load_registry_config(env)
-    with _stage(echo, "register + gate (MLflow)"):
-        version = register_run(run_dir, registry)
-        echo(f"   registered {registry.model_name} v{version} as challenger")
-        gate = run_gate(registry, dataset_root)
-        echo("   " + format_gate_report(gate).replace("\n", "\n   "))
-    return gate.exit_code
+def summary_lines(tonight: Night, traffic: Tonight, night: NightReport, registry, seconds: float) -> list[str]:
+    """The end of the demo: counts, metrics, decision, and where to look next."""
+    from pipeline.nightly.text import SHOWN_VALIDATION, decision_line
+    from pipeline.registry.config import resolved_tracking_uri
+
+    run, gate = night.run, night.gate
+    landed = {a.kind: a for a in night.dataset.landed}
+    tx = landed.get(Kind.TRANSACTION.value)
+    validation = "  ".join(f"{label} {run.best_metrics[key]:.4f}" for key, label in SHOWN_VALIDATION
+                           if key in run.best_metrics)
+    holdout = "  ".join(f"{key} {value:.4f}" for key, value in gate.challenger_metrics.items()
+                        if key in ("auc_roc", "average_precision") and value is not None)
+    lines = [
+        f"== summary of night {tonight.index + 1} (run date {night.run_date}), {seconds:.0f}s",
+        f"   traffic: {traffic.payments} payments ({traffic.frauds} fraudulent), {traffic.reports} fraud reports, "
+        f"{traffic.bad_records} bad or duplicate records",
+    ]
+    if tx is not None:
+        lines.append(f"   ingested: {tx.read} transaction records read, {tx.valid} valid, {tx.quarantined} quarantined, "
+                     f"{tx.duplicates} duplicates")
+    lines += [
+        f"   dataset: {night.dataset.name}@{night.dataset.version} ({night.dataset.rows} rows, "
+        f"{night.dataset.frauds} frauds)",
+        f"   validation: {validation}",
+        f"   gate holdout (challenger): {holdout}",
+        f"   {decision_line(gate)}",
+        f"   model: {night.model.model_name} v{night.model.version}; champion "
+        + (f"v{gate.champion_version}" if gate.champion_version else "none yet"),
+        f"   plots: {plots_location(registry, night.model.version)}",
+        f"   runs, metrics and models: mlflow ui --backend-store-uri {resolved_tracking_uri(registry)}",
+        f"   run directory: {run.run_dir}",
+        "   decisions so far: fraudctl history",
+        f"   state: {state_dir()} (`make clean` removes it); `make demo` again plays the next night",
+    ]
+    return lines
+
+
+def plots_location(registry, version: int) -> str:
+    """Where the registered version's run keeps its plots (ROC, PR, calibration, training curves)."""
+    from pipeline.registry.store import connect
+
+    client = connect(registry)
+    run_id = client.get_model_version(registry.model_name, str(version)).run_id
+    return f"{client.get_run(run_id).info.artifact_uri}/plots"
 
 
 class _stage:
     """Prints ``-- name`` and its duration; names the stage in any error escaping it."""
 
-    def __init__(self, echo: Callable[[str], None], name: str) -> None:
+    def __init__(self, echo: Echo, name: str) -> None:
         self.echo, self.name = echo, name
 
     def __enter__(self) -> None:

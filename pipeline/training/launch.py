@@ -1,11 +1,14 @@
-"""Launch the training job under torchrun (single node) and read back its summary.
+"""Launch the training job under torchrun and read back its summary.
 
 ``torchrun`` runs one ``jobs/train.py`` process per rank with an elastic agent that restarts the
 whole group (up to ``max_restarts``) when a worker dies, whatever the cause; workers then resume
 from the latest checkpoint. Restarts are for failures a new attempt can survive (a killed worker,
 a lost peer), so what no attempt can survive (config, dataset, batch geometry: see
-:mod:`pipeline.training.preflight`) is checked here first and launches nothing. The rendezvous is
-c10d on 127.0.0.1 port 0: the agent binds a free port itself.
+:mod:`pipeline.training.preflight`) is checked here first and launches nothing.
+
+Rendezvous is c10d. On one node it binds 127.0.0.1 port 0 (the agent picks a free port); on
+``nnodes`` > 1 the same command runs on every node with the same ``rdzv_endpoint`` (host:port of
+node 0, reachable from the others) and run directory (shared storage).
 """
 
 from __future__ import annotations
@@ -14,14 +17,15 @@ import datetime as dt
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from pipeline.config import PROJECT_ROOT
-from pipeline.paths import state_dir
-from pipeline.training import run_dir as files
+from pipeline.config import PROJECT_ROOT, ConfigError
+from pipeline.training.run_dir import RunDir, RunSummary
 
 JOB_SCRIPT = PROJECT_ROOT / "jobs" / "train.py"
+LOCAL_RENDEZVOUS = "127.0.0.1:0"  # loopback, port 0: the elastic agent binds a free port itself
+FAILURE_MARKER = "training failed:"  # jobs/train.py's one-line reason, picked out of the output
 
 
 class TrainingJobFailed(RuntimeError):
@@ -32,20 +36,34 @@ class TrainingCannotStart(TrainingJobFailed):
     """The config or the dataset rule the job out; nothing was launched (retrying cannot help)."""
 
 
+@dataclass(frozen=True)
+class Torchrun:
+    """How torchrun starts the ranks: ``fraudctl train``'s options, or ``[train]`` of conf/<env>/nightly.toml."""
+
+    nproc_per_node: int = 2  # ranks on this node (one per GPU on CUDA)
+    nnodes: int = 1  # > 1: start the same command on every node (a PyTorchJob, a Slurm step, ...)
+    rdzv_endpoint: str = ""  # host:port of the c10d rendezvous on node 0; "" = single node on loopback
+    max_restarts: int = 0  # group restarts after a worker dies (each resumes from the last checkpoint)
+
+    def __post_init__(self) -> None:
+        if self.nproc_per_node < 1 or self.nnodes < 1 or self.max_restarts < 0:
+            raise ConfigError(f"torchrun: nproc_per_node and nnodes must be >= 1 and max_restarts >= 0, got {self}")
+        if self.nnodes > 1 and not self.rdzv_endpoint:
+            raise ConfigError(f"torchrun: nnodes = {self.nnodes} needs rdzv_endpoint = \"<node 0 host>:<port>\" "
+                              "(every node must reach the same rendezvous)")
+
+
 def default_run_name() -> str:
     return f"train-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}"
 
 
-def default_run_dir(run_name: str) -> Path:
-    return state_dir() / "runs" / run_name
-
-
-def torchrun_command(nproc: int, max_restarts: int, job_args: list[str], run_id: str) -> list[str]:
+def torchrun_command(torchrun: Torchrun, job_args: list[str], run_id: str) -> list[str]:
     """The command line: ``python -m torch.distributed.run ... jobs/train.py <job_args>``."""
     return [
         sys.executable, "-m", "torch.distributed.run",
-        "--nnodes=1", f"--nproc-per-node={nproc}", f"--max-restarts={max_restarts}",
-        "--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:0", f"--rdzv-id={run_id}",
+        f"--nnodes={torchrun.nnodes}", f"--nproc-per-node={torchrun.nproc_per_node}",
+        f"--max-restarts={torchrun.max_restarts}",
+        "--rdzv-backend=c10d", f"--rdzv-endpoint={torchrun.rdzv_endpoint or LOCAL_RENDEZVOUS}", f"--rdzv-id={run_id}",
         str(JOB_SCRIPT), *job_args,
     ]
 
@@ -65,7 +83,7 @@ def job_arguments(run_dir: Path, env: str | None, config_path: Path | None, data
 
 
 def check_before_launch(config_env: str | None, config_path: Path | None, dataset_root: Path | None,
-                        nproc: int) -> None:
+                        world_size: int) -> None:
     """The preflight of :mod:`pipeline.training.preflight` on the config and dataset the workers
     will read (same environment, same resolution); :class:`TrainingCannotStart` if it fails."""
     # Imported here: it loads torch, which the other fraudctl commands importing this module never need.
@@ -74,39 +92,54 @@ def check_before_launch(config_env: str | None, config_path: Path | None, datase
 
     try:
         config = load_train_config(config_env, config_path)
-        check_startable(config, resolve_dataset_root(config, dataset_root), nproc)
+        check_startable(config, resolve_dataset_root(config, dataset_root), world_size)
     except CANNOT_START_ERRORS as exc:
         raise TrainingCannotStart(f"training not started: {type(exc).__name__}: {exc}") from exc
 
 
-def run_training(config_env: str | None = "dev", run_dir: Path | None = None, dataset_root: Path | None = None,
-                 nproc: int = 2, max_restarts: int = 0, resume: bool = True, config_path: Path | None = None,
-                 capture_output: bool = False, timeout_s: float | None = None) -> dict[str, Any]:
-    """Train with ``nproc`` processes and return ``summary.json`` as a dict.
+def run_training(config_env: str | None, run_dir: Path, dataset_root: Path | None = None,
+                 torchrun: Torchrun | None = None, resume: bool = True, config_path: Path | None = None,
+                 log_file: Path | None = None, timeout_s: float | None = None) -> RunSummary:
+    """Train under torchrun and return the run's ``summary.json``.
 
-    Output streams to this process's stdout/stderr (rank 0's live progress) unless
-    ``capture_output``; then it is kept and attached to the error on failure.
-    Raises :class:`TrainingCannotStart` (before creating the run directory or starting torchrun)
-    when the preflight checks fail, else :class:`TrainingJobFailed` with the job's exit code and
-    the tail of its output.
+    ``torchrun`` defaults to 2 processes on this node, no restarts. The job reads
+    ``conf/<config_env>/train.toml``, or ``config_path`` when given. Its output
+    streams to this process's stdout/stderr (rank 0's live progress), or into ``log_file`` when
+    given (created or appended to). Raises :class:`TrainingCannotStart` (before creating the run
+    directory or starting torchrun) when the preflight checks fail, else
+    :class:`TrainingJobFailed` with the job's exit code and its one-line reason (or the tail of
+    its output).
     """
-    if nproc < 1:
-        raise ValueError("nproc must be >= 1")
-    check_before_launch(config_env, config_path, dataset_root, nproc)
-    run_dir = Path(run_dir) if run_dir else default_run_dir(default_run_name())
-    run_dir.mkdir(parents=True, exist_ok=True)
-    command = torchrun_command(nproc, max_restarts, job_arguments(run_dir, config_env, config_path, dataset_root,
-                                                                  resume), run_id=run_dir.name)
+    torchrun = torchrun or Torchrun()
+    check_before_launch(config_env, config_path, dataset_root, torchrun.nproc_per_node * torchrun.nnodes)
+    run = RunDir(run_dir)
+    run.path.mkdir(parents=True, exist_ok=True)
+    command = torchrun_command(torchrun, job_arguments(run.path, config_env, config_path, dataset_root, resume),
+                               run_id=run.name)
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    proc = subprocess.run(command, cwd=PROJECT_ROOT, env=env, timeout=timeout_s, text=True,
-                          capture_output=capture_output)
-    output = (proc.stdout or "") + (proc.stderr or "")
-    summary = files.read_summary(run_dir)
+    if log_file is None:
+        proc = subprocess.run(command, cwd=PROJECT_ROOT, env=env, timeout=timeout_s)
+        output = ""
+    else:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        with log_file.open("a") as log:
+            start = log.tell()
+            proc = subprocess.run(command, cwd=PROJECT_ROOT, env=env, timeout=timeout_s, stdout=log,
+                                  stderr=subprocess.STDOUT)
+        with log_file.open() as log:
+            log.seek(start)
+            output = log.read()
+    summary = run.read_summary()
     if proc.returncode != 0 or summary is None:
-        reasons = [line for line in output.splitlines() if "training failed:" in line]
-        detail = reasons[-1] if reasons else output[-3000:]
         raise TrainingJobFailed(
-            f"training job in {run_dir} exited with code {proc.returncode}"
-            + (" without writing summary.json" if summary is None else "") + (f": {detail}" if detail else ""))
-    summary["output"] = output if capture_output else None
+            f"training job in {run.path} exited with code {proc.returncode}"
+            + (" without writing summary.json" if summary is None else "") + _failure_detail(output, log_file))
     return summary
+
+
+def _failure_detail(output: str, log_file: Path | None) -> str:
+    """The job's own reason when it printed one, else the output's tail; and where the rest is."""
+    reasons = [line for line in output.splitlines() if FAILURE_MARKER in line]
+    detail = reasons[-1] if reasons else output[-3000:]
+    where = f" (full output: {log_file})" if log_file else ""
+    return (f": {detail}" if detail else "") + where

@@ -2,6 +2,7 @@
 
 The second night must read only the new offsets (earlier nights are replayed into the fresh
 in-memory broker byte-identically) and gate a new challenger against the first night's champion.
+The demo runs the production cycle (pipeline.nightly.cycle): its records land in the night's ledger.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from mlflow import MlflowClient
 from pipeline.demo.nights import DemoConfig, load_played
 from pipeline.demo.run import run_demo
 from pipeline.ingest.config import load_ingest_config
+from pipeline.nightly.records import NightLedger, NightReport
 from pipeline.registry.config import load_registry_config, resolved_tracking_uri
 
 SMALL = DemoConfig(num_cards=2500, num_merchants=500, first_night_days=35, days_per_night=1,
@@ -32,16 +34,23 @@ def _raw_transaction_ids(state_dir):
 def test_two_nights_publish_ingest_train_and_gate(state_dir):
     lines: list[str] = []
     first = run_demo("dev", SMALL, lines.append)
-    assert first in (0, 3)  # promoted, or rejected with reasons: both are decisions, not errors
+    # Promoted, or rejected with reasons: both are decisions, not errors.
+    assert first.gate.outcome in ("promoted", "rejected") and first.gate.reasons
     out = "\n".join(lines)
     assert "published" in out and "read back" in out and "Gate fraud-detector: challenger v1" in out
+    assert first.run.run_dir == str(state_dir / "runs" / f"nightly-{first.dataset.version}")
+    assert first.run.world_size == SMALL.train_processes and first.run.compression.startswith("topk_ef")
+    assert NightLedger(state_dir / "nightly" / first.run_date).read(NightReport) == first
+    summary = out[out.index("== summary of night 1"):]
+    assert f"fraud-detector v{first.model.version}" in summary and "mlflow ui --backend-store-uri sqlite:///" in summary
+    assert "fraudctl history" in summary and str(state_dir) in summary
     assert load_played(state_dir) == 1
     ids_after_first = _raw_transaction_ids(state_dir)
     assert len(ids_after_first) == len(set(ids_after_first))  # the night's duplicates were dropped
 
     lines.clear()
     second = run_demo("dev", SMALL, lines.append)
-    assert second in (0, 3)
+    assert second.gate.compared_with == first.gate.champion_version
     assert load_played(state_dir) == 2
     ids_after_second = _raw_transaction_ids(state_dir)
     assert len(ids_after_second) == len(set(ids_after_second))  # replayed night 1 not re-ingested
@@ -58,8 +67,8 @@ def test_two_nights_publish_ingest_train_and_gate(state_dir):
 
     client = MlflowClient(tracking_uri=resolved_tracking_uri(load_registry_config("dev")))
     name = load_registry_config("dev").model_name
-    assert int(client.get_model_version_by_alias(name, "challenger").version) == 2
-    expected_champion = 2 if second == 0 else 1 if first == 0 else None
+    assert int(client.get_model_version_by_alias(name, "challenger").version) == second.model.version == 2
+    expected_champion = 2 if second.gate.promoted else 1 if first.gate.promoted else None
     aliases = {alias: int(v) for alias, v in client.get_registered_model(name).aliases.items()}
     assert aliases.get("champion") == expected_champion
     assert f"Gate {name}: challenger v2" in "\n".join(lines)

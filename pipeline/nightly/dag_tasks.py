@@ -1,0 +1,188 @@
+"""What the tasks of ``airflow_dags/`` run: the DAG files only declare tasks and their order.
+
+Needs the ``airflow`` extra (and apache-airflow-providers-apache-spark, installed by ``make setup``).
+Tasks hand each other only dates and the stages' records (XCom); every task calls the stage of
+:mod:`pipeline.nightly.stages` that ``fraudctl nightly --stage ...`` calls, and the ingest tasks
+spark-submit ``jobs/ingest.py`` exactly as a person would. Heavy imports (Spark, torch, MLflow)
+happen inside the tasks, never while the scheduler parses the DAG files.
+
+A stage's expected failure fails its task with the job's own message in the log. Training that
+cannot start (a config or dataset no attempt can fix) fails at once, without retries. A gate that
+rejects the challenger is a successful task whose record says ``rejected``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any
+
+import pendulum
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import get_current_context
+from airflow.sdk.exceptions import AirflowFailException
+
+from pipeline.config import PROJECT_ROOT
+from pipeline.nightly import stages, text
+from pipeline.nightly.config import NightlyConfig, ScheduleConfig, SparkSubmitConfig, load_nightly_config
+from pipeline.nightly.records import (
+    GateOutcome,
+    NightLedger,
+    PublishedDataset,
+    RegisteredModel,
+    TrainedRun,
+)
+from pipeline.paths import state_dir
+
+INGEST_JOB = PROJECT_ROOT / "jobs" / "ingest.py"
+BACKFILL_REPORTS = "backfills"  # <state>/nightly/backfills/<start>_<end>.json
+
+
+def default_args(schedule: ScheduleConfig) -> dict[str, Any]:
+    """Retries with exponential backoff for every task (each stage is idempotent, so a retry is safe)."""
+    return {
+        "owner": "fraud-ml",
+        "retries": schedule.retries,
+        "retry_delay": timedelta(seconds=schedule.retry_delay_s),
+        "retry_exponential_backoff": 2.0,
+        "max_retry_delay": timedelta(seconds=schedule.max_retry_delay_s),
+    }
+
+
+def start_date(schedule: ScheduleConfig) -> pendulum.DateTime:
+    return pendulum.parse(schedule.start_date, tz=schedule.timezone)
+
+
+def run_date_of(context: dict[str, Any], timezone: str) -> date:
+    """The night's run date: the logical date (start of the day the run covers) in the schedule's zone."""
+    logical = context.get("logical_date")
+    if logical is None:
+        raise AirflowFailException("this DAG run has no logical date: trigger it with one (the run date, "
+                                   "`airflow dags trigger fraud_nightly --logical-date 2026-02-04T02:00:00+00:00`)")
+    return pendulum.instance(logical).in_timezone(timezone).date()
+
+
+def _ledger(config: NightlyConfig) -> tuple[date, NightLedger]:
+    run_date = run_date_of(get_current_context(), config.schedule.timezone)
+    return run_date, NightLedger.for_date(run_date)
+
+
+def _echo(lines: list[str]) -> None:
+    for line in lines:
+        print(line, flush=True)  # the task log
+
+
+# ---- ingest: spark-submit ---------------------------------------------------------------------------
+
+
+class IngestJobOperator(SparkSubmitOperator):
+    """spark-submit ``jobs/ingest.py`` (master, deploy mode: the Airflow connection; ``--conf``: the
+    config) and return the dataset it published, read from the job's ``--report-json``.
+
+    Subclasses give the job's arguments and where its report goes. A report left by an earlier
+    attempt is removed first, so the record returned is always this attempt's.
+    """
+
+    def __init__(self, *, spark: SparkSubmitConfig, **kwargs: Any) -> None:
+        super().__init__(application=str(INGEST_JOB), conn_id=spark.conn_id, conf=dict(spark.conf), name=spark.name,
+                         **kwargs)
+
+    def job_arguments(self, context: dict[str, Any]) -> tuple[list[str], Path]:
+        raise NotImplementedError
+
+    def execute(self, context: dict[str, Any]) -> dict[str, Any]:
+        arguments, report = self.job_arguments(context)
+        report.parent.mkdir(parents=True, exist_ok=True)
+        report.unlink(missing_ok=True)
+        self.application_args = [*arguments, "--report-json", str(report)]
+        # The driver and its Python workers run this interpreter (the one with the project installed)
+        # unless the deployment says otherwise.
+        self.env_vars = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+                         **(self.env_vars or {})}
+        super().execute(context)
+        dataset = self.record(PublishedDataset.from_ingest_report(json.loads(report.read_text())), context)
+        _echo(text.describe_dataset(dataset))
+        return dataset.to_dict()
+
+    def record(self, dataset: PublishedDataset, context: dict[str, Any]) -> PublishedDataset:
+        return dataset
+
+
+class NightlyIngestOperator(IngestJobOperator):
+    """``jobs/ingest.py --run-date D``: new Kafka records, then the night's dataset (ledger record ``ingest``)."""
+
+    def __init__(self, *, timezone: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.timezone = timezone
+
+    def job_arguments(self, context: dict[str, Any]) -> tuple[list[str], Path]:
+        run_date = run_date_of(context, self.timezone)
+        return ["--run-date", run_date.isoformat()], NightLedger.for_date(run_date).ingest_report
+
+    def record(self, dataset: PublishedDataset, context: dict[str, Any]) -> PublishedDataset:
+        NightLedger.for_date(run_date_of(context, self.timezone)).write(dataset)
+        return dataset
+
+
+class BackfillIngestOperator(IngestJobOperator):
+    """``jobs/ingest.py --start S --end E [--from-kafka]`` from the run's params."""
+
+    def job_arguments(self, context: dict[str, Any]) -> tuple[list[str], Path]:
+        params = context["params"]
+        try:
+            start, end = date.fromisoformat(params["start"]), date.fromisoformat(params["end"])
+        except (TypeError, ValueError) as exc:
+            raise AirflowFailException(f"params start and end must be dates (YYYY-MM-DD), got "
+                                       f"{params.get('start')!r} and {params.get('end')!r}") from exc
+        arguments = ["--start", start.isoformat(), "--end", end.isoformat()]
+        if params.get("from_kafka"):
+            arguments.append("--from-kafka")
+        return arguments, state_dir() / "nightly" / BACKFILL_REPORTS / f"{start}_{end}.json"
+
+
+# ---- train, register, gate, report: in the task's process ------------------------------------------
+
+
+def train_task(dataset: dict[str, Any]) -> dict[str, Any]:
+    from pipeline.training.launch import TrainingCannotStart
+
+    config = load_nightly_config()
+    _, ledger = _ledger(config)
+    try:
+        trained = stages.train(None, config.train, PublishedDataset.from_dict(dataset), ledger)
+    except stages.StageFailed as exc:
+        if isinstance(exc.__cause__, TrainingCannotStart):
+            raise AirflowFailException(f"{exc} (not retried: no attempt can change this)") from exc
+        raise
+    _echo(text.describe_run(trained))
+    return trained.to_dict()
+
+
+def register_task(trained: dict[str, Any]) -> dict[str, Any]:
+    from pipeline.registry.config import load_registry_config
+
+    _, ledger = _ledger(load_nightly_config())
+    registered = stages.register(load_registry_config(), TrainedRun.from_dict(trained), ledger)
+    _echo(text.describe_model(registered))
+    return registered.to_dict()
+
+
+def gate_task(registered: dict[str, Any], dataset: dict[str, Any]) -> dict[str, Any]:
+    from pipeline.registry.config import load_registry_config
+
+    _, ledger = _ledger(load_nightly_config())
+    outcome = stages.gate(load_registry_config(), RegisteredModel.from_dict(registered),
+                          PublishedDataset.from_dict(dataset), ledger)
+    _echo([*text.describe_gate(outcome), text.decision_line(outcome)])
+    return outcome.to_dict()
+
+
+def report_task(dataset: dict[str, Any], trained: dict[str, Any], registered: dict[str, Any],
+                outcome: dict[str, Any]) -> dict[str, Any]:
+    run_date, ledger = _ledger(load_nightly_config())
+    night = stages.report(run_date, PublishedDataset.from_dict(dataset), TrainedRun.from_dict(trained),
+                          RegisteredModel.from_dict(registered), GateOutcome.from_dict(outcome), ledger)
+    _echo(text.describe_night(night))
+    return night.to_dict()

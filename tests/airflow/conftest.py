@@ -1,0 +1,84 @@
+"""An Airflow installation for the DAG tests: a temporary AIRFLOW_HOME, a SQLite metadata DB
+migrated by ``airflow db migrate``, no examples, the project's airflow_dags/ as the DAGs folder.
+
+Airflow itself only ever runs in subprocesses (:mod:`tests.airflow.dag_runner`): see there why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipeline.config import PROJECT_ROOT
+
+pytest.importorskip("airflow", reason="Airflow is the `airflow` extra: `make setup-airflow` (make test does it)")
+pytest.importorskip("airflow.providers.apache.spark", reason="the Spark provider: `make setup-airflow`")
+
+DAGS_FOLDER = PROJECT_ROOT / "airflow_dags"
+SPARK_CONN_ID = "spark_test"
+
+
+def airflow_env(home: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of an Airflow process of these tests (``extra`` wins)."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("AIRFLOW", "KAFKA_", "SPARK_MASTER", "MLFLOW_TRACKING_URI"))}
+    env.update(
+        AIRFLOW_HOME=str(home),
+        AIRFLOW__CORE__DAGS_FOLDER=str(DAGS_FOLDER),
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",
+        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{home / 'airflow.db'}",
+        # The master of spark-submit is the connection's host, as in a deployment.
+        **{f"AIRFLOW_CONN_{SPARK_CONN_ID.upper()}": json.dumps({"conn_type": "spark", "host": "local[2]"})},
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",  # spark-submit, airflow
+        PYSPARK_PYTHON=sys.executable,
+        PYSPARK_DRIVER_PYTHON=sys.executable,
+        OMP_NUM_THREADS="1",
+    )
+    env.update(extra or {})
+    return env
+
+
+@pytest.fixture(scope="session")
+def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A migrated metadata DB, shared by the session's DAG tests (each test uses its own DAG runs)."""
+    home = tmp_path_factory.mktemp("airflow-home")
+    done = subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"], env=airflow_env(home),
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return home
+
+
+RunAirflow = Callable[..., tuple[dict[str, Any], str]]
+
+
+@pytest.fixture(scope="session")
+def run_airflow(airflow_home: Path, tmp_path_factory: pytest.TempPathFactory) -> RunAirflow:
+    """``run_airflow(*args, env={...})`` -> (the runner's JSON result, its stdout + stderr: the task logs)."""
+    out_dir = tmp_path_factory.mktemp("airflow-out")
+    calls = iter(range(1_000_000))
+
+    def run(*args: str, env: dict[str, str] | None = None, timeout_s: float = 900) -> tuple[dict[str, Any], str]:
+        out = out_dir / f"{next(calls)}.json"
+        done = subprocess.run([sys.executable, "-m", "tests.airflow.dag_runner", *args, "--out", str(out)],
+                              env=airflow_env(airflow_home, env), cwd=PROJECT_ROOT, capture_output=True, text=True,
+                              timeout=timeout_s)
+        log = done.stdout + done.stderr
+        assert done.returncode == 0 and out.is_file(), log[-5000:]
+        return json.loads(out.read_text()), log
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def story(run_airflow, kafka_broker, tmp_path_factory: pytest.TempPathFactory):
+    """The DAG runs of tests/airflow/nights.py, played once for every DAG test that reads them."""
+    from tests.airflow.nights import play_story
+
+    return play_story(run_airflow, kafka_broker, tmp_path_factory.mktemp("nightly-dag"))

@@ -1,0 +1,134 @@
+"""The story the DAG tests share: tiny simulated traffic on the embedded broker, a config
+directory written for the test, and the DAG runs of three nights (played once per session).
+
+1. a night before there is enough data: ingest fails, nothing is published;
+2. night 1: the first model is promoted; then fraud_backfill rebuilds night 1's date range;
+3. night 2, trained with a config that makes a worse model: the gate rejects it;
+4. night 2 again: every stage finds its output and redoes nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from pipeline.contract import Kind
+from pipeline.kafka.producer import publish_records
+from pipeline.kafka.settings import KafkaConfig
+from pipeline.simulation import Simulation, load_simulation_config, simulate
+from pipeline.training.config import derive_train_config, write_train_toml
+from tests.airflow.conftest import SPARK_CONN_ID
+from tests.ingest.process_helpers import write_conf_dir
+
+START = date(2026, 1, 1)
+NIGHT_1 = date(2026, 1, 14)  # 7 train + 2 validation + 2 test days, labels mature after 3 more
+NIGHT_2 = NIGHT_1 + timedelta(days=1)
+# Night 1's dataset spans these days (its label cutoff is NIGHT_1): what a backfill of it rebuilds.
+NIGHT_1_FIRST_DAY, NIGHT_1_LAST_DAY = date(2026, 1, 1), date(2026, 1, 11)
+TOO_EARLY = date(2026, 1, 5)  # no train split yet: the ingest job refuses to publish
+# Small windows and a high fraud rate: every split holds frauds, and the gate sees enough of them.
+INGEST = {"train_days": "7", "validation_days": "2", "test_days": "2", "label_maturity_days": "3",
+          "min_rows": "{ train = 1000, validation = 200, test = 200 }", "shuffle_partitions": "2"}
+TRAIN = {"data": {"global_batch_size": 512}, "loop": {"epochs": 3, "log_every": 20},
+         "checkpoint": {"every_steps": 40}}
+# What makes night 2's model worse: a learning rate that leaves it at its initialisation.
+WORSE = {"optim": {"lr": 1e-9}, "schedule": {"warmup_steps": 1}, "loop": {"epochs": 1, "max_steps": 4}}
+REGISTRY = """\
+experiment_name = "fraud-training"
+model_name = "fraud-detector"
+holdout_split = "test"
+lock_timeout_s = 120.0
+
+[gate]
+auc_margin = 0.002
+first_model_auc_floor = 0.7
+ap_tolerance = { value = 0.02, mode = "block" }
+ece_limit = { value = 0.05, mode = "warn" }      # tiny models are poorly calibrated; not what this tests
+psi_limit = { value = 0.25, mode = "warn" }
+min_holdout_frauds = { value = 10, mode = "block" }
+max_nan_share = { value = 0.0, mode = "block" }
+"""
+NIGHTLY = f"""\
+[schedule]
+cron = "0 2 * * *"
+timezone = "UTC"
+start_date = "2026-01-01"
+retries = 0
+
+[spark_submit]
+conn_id = "{SPARK_CONN_ID}"
+
+[train]
+nproc_per_node = 2
+max_restarts = 0
+"""
+
+
+@dataclass
+class Story:
+    state: Path
+    conf: Path
+    kafka: KafkaConfig
+    runs: dict[str, tuple[dict[str, Any], str]]  # name -> (dag_runner result, log)
+    manifests_after_failure: list[Path]
+
+
+def _logical(run_date: date) -> str:
+    return datetime.combine(run_date, time(2), tzinfo=UTC).isoformat()
+
+
+def _publish(kafka: KafkaConfig, sim: Simulation, until: datetime, since: datetime | None) -> None:
+    """Payments and fraud reports made in [since, until): what Kafka holds by a night's cut-off."""
+    def window(frame: pd.DataFrame, column: str) -> pd.DataFrame:
+        at = pd.to_datetime(frame[column], utc=True, format="ISO8601")
+        return frame[(at < until) & ((at >= since) if since else True)]
+
+    tx = window(sim.transactions, "event_time")
+    labels = window(sim.labels, "reported_at")
+    for topic, kind, frame in ((kafka.transactions_topic, Kind.TRANSACTION, tx), (kafka.labels_topic, Kind.LABEL, labels)):
+        records = [{k: v for k, v in r.items() if not pd.isna(v)} for r in frame.to_dict("records")]
+        assert publish_records(kafka, topic, kind, records).ok
+
+
+def _write_conf(conf: Path, kafka: KafkaConfig, train_overrides: dict) -> None:
+    write_conf_dir(conf, kafka, INGEST)
+    (conf / "registry.toml").write_text(REGISTRY)
+    (conf / "nightly.toml").write_text(NIGHTLY)
+    table = derive_train_config("dev", {**TRAIN, **{k: {**TRAIN.get(k, {}), **v} for k, v in train_overrides.items()}})
+    write_train_toml(table, conf / "train.toml")
+
+
+def play_story(run_airflow, kafka_broker, tmp: Path) -> Story:
+    """The DAG runs of the story, in order, against a fresh state and config directory under ``tmp``."""
+    state, conf = tmp / "state", tmp / "conf"
+    kafka = KafkaConfig(bootstrap_servers=kafka_broker.bootstrap_servers, transactions_topic="dag-transactions",
+                        labels_topic="dag-fraud-labels", partitions=2)
+    kafka_broker.create_topics(kafka.topics(), kafka.partitions)
+    base = load_simulation_config("dev")
+    # Fraud reported within days: the 3-day label maturity then sees most of it.
+    sim = simulate(dataclasses.replace(base, start_date=START.isoformat(), days=15, num_cards=1000, num_merchants=100,
+                                       fraud_rate=0.02, seed=5,
+                                       label_delay=dataclasses.replace(base.label_delay, fraud_median_days=1.0)))
+    env = {"FRAUD_STATE_DIR": str(state), "FRAUD_CONF_DIR": str(conf)}
+    _write_conf(conf, kafka, {})
+    cutoff_1 = datetime.combine(NIGHT_1 + timedelta(days=1), time(0), tzinfo=UTC)
+    _publish(kafka, sim, until=cutoff_1, since=None)
+    runs = {"too-early": run_airflow("test", "fraud_nightly", _logical(TOO_EARLY), env=env)}
+    manifests = sorted(state.glob("datasets/*/manifests/*.json")) + sorted(state.glob("datasets/*/LATEST"))
+    runs["night-1"] = run_airflow("test", "fraud_nightly", _logical(NIGHT_1), env=env)
+    runs["backfill"] = run_airflow("test", "fraud_backfill", _logical(NIGHT_1), "--conf",
+                                   json.dumps({"start": NIGHT_1_FIRST_DAY.isoformat(), "end": NIGHT_1_LAST_DAY.isoformat()}),
+                                   env=env)
+    _publish(kafka, sim, until=cutoff_1 + timedelta(days=1), since=cutoff_1)
+    _write_conf(conf, kafka, WORSE)
+    runs["night-2"] = run_airflow("test", "fraud_nightly", _logical(NIGHT_2), env=env)
+    runs["night-2-again"] = run_airflow("test", "fraud_nightly", _logical(NIGHT_2), env=env)
+    return Story(state, conf, kafka, runs, manifests)
+
+
