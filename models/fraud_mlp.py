@@ -1,14 +1,24 @@
-"""Tabular fraud model: normalised numerics + categorical embeddings -> residual MLP -> one logit.
+"""Tabular fraud model: numeric embeddings + categorical embeddings -> residual MLP -> logits of
+``ensemble_size`` members -> their mean.
 
-Everything needed to score lives inside the module as tensors: the training-set mean/std of the
-numeric features (buffers), the calibration temperature (buffer) and the weights. Saving writes
-``model.safetensors`` (tensors only) and ``model.json`` (the architecture config); loading never
-unpickles objects.
+Numeric features: signed log + standardisation (training-set statistics) and, with
+``numeric_bins > 0``, a piecewise-linear encoding plus a step at each edge, on tree-fitted bin edges
+(:mod:`models.piecewise_linear`) followed by a per-feature linear layer and ReLU (Gorishniy et al.
+2022). Members (TabM-mini, Gorishniy et al. 2024): one shared backbone, a per-member multiplicative
+adapter on its input and a per-member output unit; each member is trained on its own loss
+(``forward(..., per_member=True)``) and the model scores with the mean of the members' logits.
+
+Everything needed to score lives inside the module as tensors: normalisation statistics, bin edges,
+the calibration temperature (buffers) and the weights. Saving writes ``model.safetensors`` (tensors
+only) and ``model.json`` (the architecture config); loading never unpickles objects. A config
+without ``numeric_bins`` / ``ensemble_size`` (a model saved before they existed) loads as the plain
+standardised-input, single-output model it was.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -16,6 +26,8 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
+
+from models.piecewise_linear import PiecewiseLinearEncoding
 
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "model.json"
@@ -29,6 +41,11 @@ class FraudModelConfig:
     hidden_dim: int = 128
     num_blocks: int = 2  # residual blocks after the input projection
     dropout: float = 0.1
+    # The defaults below rebuild models saved before these fields existed; training sets them from
+    # [model] of train.toml (pipeline.training.config.ModelConfig).
+    numeric_bins: int = 0  # PLE bins per numeric feature; 0 = standardised values only
+    numeric_embedding_dim: int = 8  # width of each numeric feature's embedding (with numeric_bins > 0)
+    ensemble_size: int = 1  # TabM-mini members sharing the backbone
 
     def to_json(self) -> str:
         # No sort_keys: the order of categorical_features is the order of the embedding tables.
@@ -65,8 +82,46 @@ class ResidualBlock(nn.Module):
         return x + self.fc2(self.drop(nn.functional.gelu(self.fc1(self.norm(x)))))
 
 
+class NumericEmbedding(nn.Module):
+    """``PLE(x) ++ steps(x) ++ z`` of each feature -> its own ``Linear -> ReLU``:
+    ``[B, F]`` x2 -> ``[B, F * dim]``.
+
+    ``x`` are the raw values (non-finite ones encode as all-zero bins), ``z`` the standardised
+    squashed values, kept beside the bins for magnitudes beyond the outermost edges.
+    """
+
+    def __init__(self, num_features: int, bins: int, dim: int) -> None:
+        super().__init__()
+        self.encoding = PiecewiseLinearEncoding(num_features, bins)
+        inputs = 2 * bins + 1  # per feature: bin fills, bin steps, z
+        bound = 1.0 / math.sqrt(inputs)  # nn.Linear's default initialisation, per feature
+        self.weight = nn.Parameter(torch.empty(num_features, inputs, dim).uniform_(-bound, bound))
+        self.bias = nn.Parameter(torch.empty(num_features, dim).uniform_(-bound, bound))
+
+    def forward(self, raw: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        finite = torch.isfinite(raw)
+        bins = self.encoding(torch.where(finite, raw, torch.zeros_like(raw))) * finite.unsqueeze(-1)
+        per_feature = torch.einsum("bfi,fid->bfd", torch.cat([bins, z.unsqueeze(-1)], dim=-1), self.weight)
+        return torch.relu(per_feature + self.bias).flatten(1)
+
+
+class MemberHeads(nn.Module):
+    """``[B, k, H] -> [B, k]``: one output unit per ensemble member (``k = 1``: an ``nn.Linear(H, 1)``,
+    with the same parameter names and shapes)."""
+
+    def __init__(self, members: int, dim: int) -> None:
+        super().__init__()
+        bound = 1.0 / math.sqrt(dim)
+        self.weight = nn.Parameter(torch.empty(members, dim).uniform_(-bound, bound))
+        self.bias = nn.Parameter(torch.empty(members).uniform_(-bound, bound))
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return (h * self.weight).sum(-1) + self.bias
+
+
 class FraudModel(nn.Module):
-    """``forward(numeric[B, F] float32, categorical[B, C] int64) -> logit[B]``."""
+    """``forward(numeric[B, F] float32, categorical[B, C] int64) -> logit[B]`` (the members' mean);
+    ``per_member=True`` gives the members' logits ``[B, ensemble_size]`` (training)."""
 
     def __init__(self, config: FraudModelConfig) -> None:
         super().__init__()
@@ -78,29 +133,45 @@ class FraudModel(nn.Module):
         self.register_buffer("num_std", torch.ones(n_num))
         # Temperature scaling, fitted on validation data after training (1.0 = uncalibrated).
         self.register_buffer("temperature", torch.ones(()))
+        self.numeric_embedding = (NumericEmbedding(n_num, config.numeric_bins, config.numeric_embedding_dim)
+                                  if config.numeric_bins > 0 else None)
         self.embeddings = nn.ModuleList(
             nn.Embedding(card, config.embedding_dim) for card in config.categorical_features.values()
         )
-        in_dim = n_num + config.embedding_dim * len(config.categorical_features)
+        numeric_dim = n_num * (config.numeric_embedding_dim if config.numeric_bins > 0 else 1)
+        in_dim = numeric_dim + config.embedding_dim * len(config.categorical_features)
         self.input = nn.Linear(in_dim, config.hidden_dim)
+        if config.ensemble_size > 1:
+            # TabM-mini's adapter: random signs make the members differ from the first step on.
+            signs = torch.randint(0, 2, (config.ensemble_size, config.hidden_dim)) * 2.0 - 1.0
+            self.member_scale = nn.Parameter(signs)
         self.blocks = nn.Sequential(*(ResidualBlock(config.hidden_dim, config.dropout) for _ in range(config.num_blocks)))
-        self.head = nn.Sequential(nn.LayerNorm(config.hidden_dim), nn.Linear(config.hidden_dim, 1))
+        self.head = nn.Sequential(nn.LayerNorm(config.hidden_dim), MemberHeads(config.ensemble_size, config.hidden_dim))
 
     def set_normalization(self, mean: torch.Tensor, std: torch.Tensor) -> None:
         self.num_mean.copy_(mean)
         # A constant column would divide by ~0; treat it as unit scale instead.
         self.num_std.copy_(torch.where(std > 1e-6, std, torch.ones_like(std)))
 
-    def forward(self, numeric: torch.Tensor, categorical: torch.Tensor) -> torch.Tensor:
-        x = (squash(numeric) - self.num_mean) / self.num_std
+    def set_bin_edges(self, edges: torch.Tensor) -> None:
+        """``[F, numeric_bins + 1]`` sorted edges per numeric feature (see models.piecewise_linear)."""
+        if self.numeric_embedding is None:
+            raise ValueError("this model has numeric_bins = 0: it has no bin edges to set")
+        self.numeric_embedding.encoding.set_edges(edges)
+
+    def forward(self, numeric: torch.Tensor, categorical: torch.Tensor, per_member: bool = False) -> torch.Tensor:
+        z = (squash(numeric) - self.num_mean) / self.num_std
         # Non-finite inputs (missing history) become 0 = the training mean, never NaN logits.
-        x = torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0).clamp(-20.0, 20.0)
-        parts = [x]
+        z = torch.nan_to_num(z, nan=0.0, posinf=0.0, neginf=0.0).clamp(-20.0, 20.0)
+        parts = [z if self.numeric_embedding is None else self.numeric_embedding(numeric, z)]
         for i, emb in enumerate(self.embeddings):
             codes = categorical[:, i].clamp(0, emb.num_embeddings - 1)
             parts.append(emb(codes))
-        h = self.input(torch.cat(parts, dim=1))
-        return self.head(self.blocks(h)).squeeze(-1)
+        h = self.input(torch.cat(parts, dim=1)).unsqueeze(1)  # [B, 1, H]
+        if self.config.ensemble_size > 1:
+            h = h * self.member_scale  # [B, k, H]
+        logits = self.head(self.blocks(h))  # [B, k]
+        return logits if per_member else logits.mean(-1)
 
     @torch.no_grad()
     def predict_proba(self, numeric: torch.Tensor, categorical: torch.Tensor) -> torch.Tensor:

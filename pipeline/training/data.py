@@ -230,6 +230,28 @@ def feature_moments(root: Path, manifest: DatasetManifest, rank: int, world: int
     return moments
 
 
+def bin_fit_sample(root: Path, manifest: DatasetManifest, max_rows: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(numeric float32 ``[n, F]``, label float32 ``[n]``): the rows the numeric bin edges are fitted on.
+
+    The whole train split when it has at most ``max_rows`` rows, else each row kept with probability
+    ``max_rows / rows`` (about ``max_rows`` in all), fixed by ``seed``. Read one row group at a time,
+    keeping only sampled rows, so memory is bounded by the sample. Reads every train shard: meant for
+    one rank, whose result is broadcast.
+    """
+    pieces = plan_rank_pieces(root, manifest.shards_for("train"), 0, 1)
+    rate = min(1.0, max_rows / max(sum(p.rows for p in pieces), 1))
+    columns = [*manifest.numeric_features, manifest.label_column]
+    numeric = [np.zeros((0, len(manifest.numeric_features)), np.float32)]
+    labels = [np.zeros(0, np.float32)]
+    for i, piece in enumerate(pieces):
+        table = read_piece(piece, columns)
+        if rate < 1.0:
+            table = table.filter(pa.array(np.random.default_rng([seed, i]).random(piece.rows) < rate))
+        numeric.append(numeric_array(table, manifest.numeric_features))
+        labels.append(pc.cast(table.column(manifest.label_column), pa.float32()).to_numpy(zero_copy_only=False))
+    return np.concatenate(numeric), np.concatenate(labels)
+
+
 def normalization_from_moments(moments: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     count = moments[0].clamp(min=1.0)
     mean = moments[1] / count

@@ -1,4 +1,9 @@
-"""Imbalance-aware binary losses on logits: class-weighted BCE and focal loss."""
+"""Imbalance-aware binary losses on logits: class-weighted BCE and focal loss.
+
+Logits and labels have the same shape, ``[B]`` or ``[B, members]`` (each ensemble member's logit
+against the row's label); the loss is the mean over all entries, so over members it is the mean of
+the members' own losses.
+"""
 
 from __future__ import annotations
 

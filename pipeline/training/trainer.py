@@ -24,6 +24,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from models.fraud_mlp import FraudModel, FraudModelConfig
+from models.piecewise_linear import fit_bin_edges
 from pipeline.config import to_dict
 from pipeline.datasets.manifest import load_manifest
 from pipeline.training import run_dir as files
@@ -35,6 +36,7 @@ from pipeline.training.data import (
     Batch,
     DataConfigError,
     TrainStream,
+    bin_fit_sample,
     feature_moments,
     normalization_from_moments,
 )
@@ -44,6 +46,7 @@ from pipeline.training.finalize import TrainingOutcome, finalize_run
 from pipeline.training.loss import make_loss
 from pipeline.training.progress import ProgressLine, format_progress
 from pipeline.training.schedule import lr_at_step
+from pipeline.training.weight_average import WeightAverage
 
 
 class TrainingDiverged(RuntimeError):
@@ -99,6 +102,8 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay,
             betas=(config.optim.beta1, config.optim.beta2))
+        # The weights validated, checkpointed as "model" and exported; None: the raw weights.
+        self.average = WeightAverage(self.model, config.optim.ema_decay) if config.optim.ema_decay > 0 else None
         train_shards = self.manifest.shards_for("train")
         frauds = sum(s.frauds for s in train_shards)
         self.loss_fn = make_loss(config.optim, frauds, sum(s.rows for s in train_shards) - frauds)
@@ -123,8 +128,9 @@ class Trainer:
     def train(self) -> dict[str, Any] | None:
         """Run to completion (or early stop); returns the summary on rank 0, None elsewhere."""
         started = time.time()
-        if not self._restore():
+        if not self._restore():  # a checkpoint holds the input statistics and edges already
             self._fit_normalization()
+            self._fit_bin_edges()
         if self.env.is_rank0:
             self._write_inputs()
         log_rank0(f"training {self.manifest.dataset}@{self.manifest.version}: {self.total_steps} steps "
@@ -192,8 +198,11 @@ class Trainer:
         for i, batch in enumerate(micro_batches):
             sync = i == len(micro_batches) - 1
             with nullcontext() if sync else self.ddp.no_sync(), self._autocast():
-                logits = self.ddp(batch.numeric.to(self.env.device), batch.categorical.to(self.env.device))
-                loss = self.loss_fn(logits.float(), batch.label.to(self.env.device)) / len(micro_batches)
+                # [B, members]: each ensemble member is trained on its own loss (TabM), the mean is taken.
+                logits = self.ddp(batch.numeric.to(self.env.device), batch.categorical.to(self.env.device),
+                                  per_member=True).float()
+                labels = batch.label.to(self.env.device).unsqueeze(1).expand_as(logits)
+                loss = self.loss_fn(logits, labels) / len(micro_batches)
                 if self.env.is_rank0 and step in cfg.faults.nan_loss_at_steps:
                     loss = loss * float("nan")
                 loss.backward()
@@ -203,6 +212,8 @@ class Trainer:
             self.model.parameters(), cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else math.inf)
         if torch.isfinite(grad_norm):
             self.optimizer.step()
+            if self.average is not None:
+                self.average.update(step)
             self._compressor_done(commit=True)
             self.state.consecutive_skips = 0
         else:
@@ -271,8 +282,9 @@ class Trainer:
         if not self.config.loop.validate:  # without validation the latest weights are the ones exported
             self.state.best_step, self.state.best_epoch = self.state.global_step, epoch
             return True
-        scored = gather_scored(score_split(self.model, self.dataset_root, self.manifest, "validation",
-                                           self.env.rank, self.env.world_size, self.env.device))
+        with self._averaged():
+            scored = gather_scored(score_split(self.model, self.dataset_root, self.manifest, "validation",
+                                               self.env.rank, self.env.world_size, self.env.device))
         metrics = split_metrics(scored, self.loss_fn)
         ap = metrics["average_precision"]
         improved = self.state.best_step < 0 or (
@@ -302,9 +314,12 @@ class Trainer:
             rank_state["residuals"] = self.comm.compressor.state_dict()
         trainer_state = None
         if self.env.is_rank0:
-            trainer_state = {"model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
-                             "optimizer": self.optimizer.state_dict(),
+            with self._averaged():  # "model" holds the weights to validate and export
+                model_state = {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
+            trainer_state = {"model": model_state, "optimizer": self.optimizer.state_dict(),
                              "trainer": dataclasses.asdict(self.state)}
+            if self.average is not None:  # the raw weights, which training continues from
+                trainer_state["training_params"] = [p.detach().cpu().clone() for p in self.model.parameters()]
         self.checkpointer.save(self.state.global_step, epoch, trainer_state, rank_state,
                                self.model_config.to_json(), is_best)
 
@@ -318,6 +333,8 @@ class Trainer:
                 "pass --resume to continue it or choose a new --run-name")
         trainer_state, rank_state = self.checkpointer.load(latest)
         self.model.load_state_dict(trainer_state["model"])
+        if self.average is not None:
+            self._restore_average(trainer_state.get("training_params"), latest.name)
         self.optimizer.load_state_dict(trainer_state["optimizer"])
         self.state = TrainerState(**trainer_state["trainer"])
         if rank_state is None:
@@ -335,6 +352,21 @@ class Trainer:
         log_rank0(f"resumed from {latest} (step {self.state.global_step}, epoch {self.state.epoch})")
         return True
 
+    def _averaged(self):
+        return self.average.applied() if self.average is not None else nullcontext()
+
+    @torch.no_grad()
+    def _restore_average(self, training_params: list[torch.Tensor] | None, checkpoint: str) -> None:
+        """The model holds the checkpoint's "model" (the average): make that the average and put the
+        raw weights back into the model."""
+        self.average.load(list(self.model.parameters()))
+        if training_params is None:
+            log_rank0(f"checkpoint {checkpoint} was saved without a weight average: training continues "
+                      "from its weights, the average starts from them")
+            return
+        for param, value in zip(self.model.parameters(), training_params, strict=True):
+            param.copy_(value)
+
     def _fit_normalization(self) -> None:
         """Training-set mean/std of the numeric features, summed over every rank's rows."""
         moments = feature_moments(self.dataset_root, self.manifest, self.env.rank, self.env.world_size)
@@ -343,6 +375,22 @@ class Trainer:
             dist.all_reduce(moments)
         mean, std = normalization_from_moments(moments.cpu())
         self.model.set_normalization(mean.to(self.env.device), std.to(self.env.device))
+
+    def _fit_bin_edges(self) -> None:
+        """Rank 0 fits the piecewise-linear bin edges on a sample of the train split and broadcasts
+        them, so every replica (and later the scorer) applies the very same edges."""
+        bins = self.model_config.numeric_bins
+        if bins == 0:
+            return
+        edges = torch.zeros(len(self.model_config.numeric_features), bins + 1)
+        if self.env.is_rank0:
+            numeric, labels = bin_fit_sample(self.dataset_root, self.manifest, self.config.data.bin_fit_rows,
+                                             self.config.loop.seed)
+            edges = torch.from_numpy(fit_bin_edges(numeric, labels, bins))
+        edges = edges.to(self.env.device)
+        if self.env.world_size > 1:
+            dist.broadcast(edges, src=0)
+        self.model.set_bin_edges(edges)
 
     def _write_inputs(self) -> None:
         config = {**to_dict(self.config), "world_size": self.env.world_size, "backend": self.env.backend}

@@ -12,6 +12,7 @@ from pipeline.datasets.reader import read_split
 from pipeline.training.data import (
     DataConfigError,
     TrainStream,
+    bin_fit_sample,
     feature_moments,
     iter_eval_chunks,
     normalization_from_moments,
@@ -98,6 +99,29 @@ def test_moments_summed_over_ranks_give_training_mean_and_std(tiny_dataset: Path
     squashed = np.sign(frame[list(tiny_manifest.numeric_features)]) * np.log1p(frame[list(tiny_manifest.numeric_features)].abs())
     np.testing.assert_allclose(mean.numpy(), squashed.mean().to_numpy(), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(std.numpy(), squashed.std(ddof=0).to_numpy(), rtol=1e-3, atol=1e-5)
+
+
+def _rows_as_set(numeric: np.ndarray, labels: np.ndarray) -> set[tuple]:
+    return {tuple(row) for row in np.column_stack([np.nan_to_num(numeric, nan=-7.0), labels]).tolist()}
+
+
+def test_bin_fit_sample_is_the_whole_train_split_when_it_fits(tiny_dataset, tiny_manifest):
+    numeric, labels = bin_fit_sample(tiny_dataset, tiny_manifest, max_rows=10_000, seed=0)
+    frame = read_split(tiny_dataset, tiny_manifest, "train")
+    expected = frame[list(tiny_manifest.numeric_features)].to_numpy(np.float32)
+    assert numeric.shape == expected.shape and labels.sum() == frame["label"].sum()
+    assert _rows_as_set(numeric, labels) == _rows_as_set(expected, frame["label"].to_numpy(np.float32))
+
+
+def test_bin_fit_sample_is_a_seeded_subset_of_about_the_requested_size(tiny_dataset, tiny_manifest):
+    numeric, labels = bin_fit_sample(tiny_dataset, tiny_manifest, max_rows=600, seed=1)
+    again, _ = bin_fit_sample(tiny_dataset, tiny_manifest, max_rows=600, seed=1)
+    other, _ = bin_fit_sample(tiny_dataset, tiny_manifest, max_rows=600, seed=2)
+    assert 450 < len(numeric) < 750  # 2400 train rows, each kept with probability 1/4
+    np.testing.assert_array_equal(numeric, again)
+    assert not np.array_equal(numeric[:100], other[:100])
+    everything = bin_fit_sample(tiny_dataset, tiny_manifest, max_rows=10_000, seed=0)
+    assert _rows_as_set(numeric, labels) <= _rows_as_set(*everything)
 
 
 def test_eval_chunks_cover_the_split_in_order_with_ids(tiny_dataset, tiny_manifest):
