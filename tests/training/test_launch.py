@@ -2,11 +2,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.training.launch import JOB_SCRIPT, job_arguments, torchrun_command
+from pipeline.training.launch import JOB_SCRIPT, Torchrun, job_arguments, torchrun_command
 
 
 def test_torchrun_command_uses_c10d_on_loopback_with_a_free_port_and_restarts():
-    cmd = torchrun_command(2, 1, ["--run-dir", "/x"], run_id="r1")
+    cmd = torchrun_command(Torchrun(nproc_per_node=2, max_restarts=1), ["--run-dir", "/x"], run_id="r1")
     assert cmd[1:3] == ["-m", "torch.distributed.run"]
     assert "--nproc-per-node=2" in cmd and "--max-restarts=1" in cmd
     assert "--rdzv-backend=c10d" in cmd and "--rdzv-endpoint=127.0.0.1:0" in cmd

@@ -11,7 +11,7 @@ import pytest
 from pipeline.config import PROJECT_ROOT
 from pipeline.training.config import train_config_from_dict
 from pipeline.training.data import DataConfigError
-from pipeline.training.launch import TrainingCannotStart, run_training
+from pipeline.training.launch import Torchrun, TrainingCannotStart, run_training
 from pipeline.training.preflight import EXIT_CANNOT_START, DatasetUnusable, check_startable
 from pipeline.training.synthetic import SyntheticSpec
 from tests.training.dataset_factory import train_config_dict, write_conf_dir, write_tiny_dataset
@@ -57,16 +57,16 @@ def test_run_training_launches_nothing_when_the_dataset_cannot_train(tmp_path, e
     conf = write_conf_dir(tmp_path / "conf")
     run_dir = tmp_path / "run"
     with pytest.raises(TrainingCannotStart, match=r"training not started: DatasetUnusable: .* train split"):
-        run_training(None, run_dir, empty_dataset, nproc=2, max_restarts=3, config_path=conf / "train.toml",
-                     capture_output=True, timeout_s=120)
+        run_training(None, run_dir, empty_dataset, Torchrun(nproc_per_node=2, max_restarts=3),
+                     config_path=conf / "train.toml", log_file=tmp_path / "train.log", timeout_s=120)
     assert not run_dir.exists()  # torchrun never ran: no workers, no restarts
 
 
 def test_run_training_reports_a_missing_dataset_without_launching(tmp_path):
     conf = write_conf_dir(tmp_path / "conf")
     with pytest.raises(TrainingCannotStart, match="ManifestError: no published dataset under .*fraudctl ingest"):
-        run_training(None, tmp_path / "run", tmp_path / "nothing", nproc=2, max_restarts=3,
-                     config_path=conf / "train.toml", capture_output=True, timeout_s=120)
+        run_training(None, tmp_path / "run", tmp_path / "nothing", Torchrun(nproc_per_node=2, max_restarts=3),
+                     config_path=conf / "train.toml", log_file=tmp_path / "train.log", timeout_s=120)
     assert not (tmp_path / "run").exists()
 
 
