@@ -85,6 +85,8 @@ def test_sigkill_mid_run_leaves_the_previous_state_and_the_rerun_completes(tmp_p
                                                                                start_date="2026-01-21")
     publish(kafka_config, first)
     config = load_ingest_config("dev")
+    # Ingest mechanics on a month of data: no protocol gap (as write_conf_dir gives the job process).
+    config = dataclasses.replace(config, dataset=dataclasses.replace(config.dataset, gap_days=0))
     before = run_nightly(config, kafka_config, date(2026, 1, 20), spark=spark, progress=quiet())
     store = RawStore(config.raw.root())
     committed = store.offsets.path.read_bytes()
