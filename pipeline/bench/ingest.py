@@ -25,11 +25,11 @@ import threading
 import time
 from pathlib import Path
 
-import pandas as pd
 import psutil
 from confluent_kafka import Consumer, TopicPartition
 
 from pipeline.contract import Kind
+from pipeline.features.frame import epoch_micros
 from pipeline.features.online import OnlineFeatureState, Payment
 from pipeline.features.transforms import build_features
 from pipeline.ingest.config import IngestConfig, SparkConfig
@@ -198,18 +198,14 @@ def _time_features(spark, store: RawStore, config: IngestConfig) -> tuple[int, f
     return rows, seconds
 
 
-def _micros(column) -> list[int]:
-    return (pd.to_datetime(column, utc=True).astype("int64") // 1000).tolist()
-
-
 def _time_online(sim, measured: int) -> dict:
     """Per-payment latency of the online kernel: replay everything, time the last ``measured`` payments."""
     tx = sim.transactions
     payments = sorted((Payment(*row) for row in zip(
-        tx["transaction_id"], tx["card_id"], tx["merchant_id"], _micros(tx["event_time"]), tx["amount"],
+        tx["transaction_id"], tx["card_id"], tx["merchant_id"], epoch_micros(tx["event_time"]).tolist(), tx["amount"],
         tx["mcc"], tx["channel"], tx["country"], strict=True)), key=lambda p: p.ts_us)
     labels = sim.labels
-    reports = sorted(zip(labels["transaction_id"], labels["is_fraud"], _micros(labels["reported_at"]), strict=True),
+    reports = sorted(zip(labels["transaction_id"], labels["is_fraud"], epoch_micros(labels["reported_at"]).tolist(), strict=True),
                      key=lambda r: r[2])
     state = OnlineFeatureState(IngestConfig().features)
     timings, next_report = [], 0

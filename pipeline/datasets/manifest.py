@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pipeline.atomic import write_text_atomic
 
 MANIFEST_FORMAT = 1
 LABEL_COLUMN = "label"
@@ -126,13 +127,9 @@ def content_hash(shards: list[ShardInfo] | tuple[ShardInfo, ...], schema: dict[s
     return h.hexdigest()
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with tmp.open("w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+def manifest_path(root: Path, version: str) -> Path:
+    """Where version ``version``'s manifest is published under the dataset root."""
+    return Path(root) / "manifests" / f"{version}.json"
 
 
 def publish_manifest(root: Path, manifest: DatasetManifest) -> Path:
@@ -147,10 +144,9 @@ def publish_manifest(root: Path, manifest: DatasetManifest) -> Path:
             raise ManifestError(f"refusing to publish {manifest.version}: shard {p} is missing")
         if file_sha256(p) != s.sha256:
             raise ManifestError(f"refusing to publish {manifest.version}: shard {p} does not match its hash")
-    (root / "manifests").mkdir(parents=True, exist_ok=True)
-    target = root / "manifests" / f"{manifest.version}.json"
-    _atomic_write_text(target, manifest.to_json())
-    _atomic_write_text(root / "LATEST", manifest.version + "\n")
+    target = manifest_path(root, manifest.version)
+    write_text_atomic(target, manifest.to_json())
+    write_text_atomic(root / "LATEST", manifest.version + "\n")
     return target
 
 
@@ -164,7 +160,7 @@ def load_manifest(root: Path, version: str | None = None) -> DatasetManifest:
                 f"no published dataset under {root}: run `fraudctl ingest` to build one"
             )
         version = latest.read_text().strip()
-    path = root / "manifests" / f"{version}.json"
+    path = manifest_path(root, version)
     if not path.is_file():
         raise ManifestError(f"dataset version {version!r} is not published under {root}")
     try:

@@ -23,7 +23,7 @@ from pipeline.features.kernel import (
 from pipeline.features.transforms import FeatureParams
 
 
-def _micros(column: pd.Series) -> np.ndarray:
+def epoch_micros(column: pd.Series) -> np.ndarray:
     """Epoch microseconds of RFC 3339 strings or timestamps of any unit."""
     return pd.to_datetime(column, utc=True, format="ISO8601").dt.as_unit("us").astype("int64").to_numpy()
 
@@ -38,7 +38,7 @@ def fraud_known_instants(tx: pd.DataFrame, ts_us: np.ndarray, labels: pd.DataFra
     and happened at most ``label_match_days`` before the report (twin of ``fraud_known_events``)."""
     frauds = labels[labels["is_fraud"].astype(bool)]
     first = (pd.DataFrame({"transaction_id": frauds["transaction_id"].to_numpy(),
-                           "reported_us": _micros(frauds["reported_at"])})
+                           "reported_us": epoch_micros(frauds["reported_at"])})
              .groupby("transaction_id", sort=False)["reported_us"].min())
     payments = pd.DataFrame({"transaction_id": tx["transaction_id"].to_numpy(),
                              "merchant_id": tx["merchant_id"].to_numpy(), "tx_us": ts_us})
@@ -51,7 +51,7 @@ def fraud_known_instants(tx: pd.DataFrame, ts_us: np.ndarray, labels: pd.DataFra
 def build_feature_frame(transactions: pd.DataFrame, labels: pd.DataFrame, params: FeatureParams) -> pd.DataFrame:
     """Feature rows of every transaction (contract columns; ``event_time`` as RFC 3339 strings or
     timestamps), in the input's row order: ``transaction_id, card_id, event_time`` and ``FEATURE_COLUMNS``."""
-    ts = _micros(transactions["event_time"])
+    ts = epoch_micros(transactions["event_time"])
     amount = transactions["amount"].to_numpy(dtype=np.float64)
     known = fraud_known_instants(transactions, ts, labels, params)
     out = pd.DataFrame({"transaction_id": transactions["transaction_id"].to_numpy(),

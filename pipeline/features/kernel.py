@@ -94,16 +94,13 @@ class _Axis:
             return ts - self.origin
         return np.searchsorted(self.ranks, ts, side=side) - (1 if side == "right" else 0)
 
-    def at(self, segment: np.ndarray, ts: np.ndarray) -> np.ndarray:
-        """Position of events (their times are among ``times``)."""
-        return segment * self.stride + self._offset(ts, "left")
-
-    def bound(self, segment: np.ndarray, ts: np.ndarray) -> np.ndarray:
-        """``event position >= bound`` <=> same segment and ``event time >= ts``."""
+    def position(self, segment: np.ndarray, ts: np.ndarray) -> np.ndarray:
+        """Position of events at ``ts`` (their times among ``times``), or of a window bound ``ts``:
+        ``event position >= position(segment, ts)`` <=> same segment and ``event time >= ts``."""
         return segment * self.stride + self._offset(ts, "left")
 
     def after(self, segment: np.ndarray, ts: np.ndarray) -> np.ndarray:
-        """``p < at(segment, t)`` <=> ``ts < t``, for any ``ts`` and a ``t`` among ``times``."""
+        """``p < position(segment, t)`` <=> ``ts < t``, for any ``ts`` and a ``t`` among ``times``."""
         return segment * self.stride + self._offset(ts, "right")
 
 
@@ -115,7 +112,7 @@ def _prefix(values: np.ndarray) -> np.ndarray:
 
 def _window_start(axis: _Axis, history_pos: np.ndarray, segment: np.ndarray, ts: np.ndarray,
                   window_us: int) -> np.ndarray:
-    return np.searchsorted(history_pos, axis.bound(segment, ts - window_us), side="left")
+    return np.searchsorted(history_pos, axis.position(segment, ts - window_us), side="left")
 
 
 def _segments(key: np.ndarray) -> int:
@@ -180,11 +177,11 @@ def _pair_window_count(h: CardEvents, q: CardEvents, h_value: np.ndarray, q_valu
         counts[pairs.order] = _sorted_segment_window_counts(pairs.sorted_code, ts_sorted, window_us)
         return counts.astype(np.float64)
     axis = _Axis(times, pairs.count, window_us)
-    pos = axis.at(pairs.sorted_code, ts_sorted)
+    pos = axis.position(pairs.sorted_code, ts_sorted)
     code = pairs.query_codes()
     seg = np.maximum(code, 0)
-    end = np.searchsorted(pos, axis.bound(seg, q.ts_us), side="left")
-    start = np.searchsorted(pos, axis.bound(seg, q.ts_us - window_us), side="left")
+    end = np.searchsorted(pos, axis.position(seg, q.ts_us), side="left")
+    start = np.searchsorted(pos, axis.position(seg, q.ts_us - window_us), side="left")
     return np.where(code >= 0, end - start, 0).astype(np.float64)
 
 
@@ -214,8 +211,8 @@ def card_features(history: CardEvents, queries: CardEvents) -> dict[str, np.ndar
     times = h.ts_us if q is h else np.concatenate([h.ts_us, q.ts_us])
     lookback = fd.LOOKBACK_DAYS * US_PER_DAY
     axis = _Axis(times, _segments(h.key), lookback)
-    h_pos = axis.at(h.key, h.ts_us)
-    q_pos = axis.at(q.key, q.ts_us)
+    h_pos = axis.position(h.key, h.ts_us)
+    q_pos = axis.position(q.key, q.ts_us)
     end = np.searchsorted(h_pos, q_pos, side="left")  # first event at or after the query instant
     cents = h.cents
     squares = cents * cents
@@ -262,13 +259,13 @@ def merchant_features(transactions: KeyedTimes, fraud_known: KeyedTimes, queries
     times = np.concatenate([tx.ts_us, fraud.ts_us] + ([] if q is tx else [q.ts_us]))
     segments = max(_segments(tx.key), _segments(fraud.key), _segments(q.key))
     axis = _Axis(times, segments, max(fd.MERCHANT_WINDOWS_DAYS) * US_PER_DAY)
-    tx_pos, fraud_pos = axis.at(tx.key, tx.ts_us), axis.at(fraud.key, fraud.ts_us)
-    q_now = axis.bound(q.key, q.ts_us)
+    tx_pos, fraud_pos = axis.position(tx.key, tx.ts_us), axis.position(fraud.key, fraud.ts_us)
+    q_now = axis.position(q.key, q.ts_us)
     tx_end = np.searchsorted(tx_pos, q_now, side="left")
     fraud_end = np.searchsorted(fraud_pos, q_now, side="left")
     out: dict[str, np.ndarray] = {}
     for days in fd.MERCHANT_WINDOWS_DAYS:
-        q_start = axis.bound(q.key, q.ts_us - days * US_PER_DAY)
+        q_start = axis.position(q.key, q.ts_us - days * US_PER_DAY)
         count = tx_end - np.searchsorted(tx_pos, q_start, side="left")
         frauds = fraud_end - np.searchsorted(fraud_pos, q_start, side="left")
         out[fd.merchant_count(days)] = count.astype(np.float64)

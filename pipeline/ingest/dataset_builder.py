@@ -29,6 +29,7 @@ from pipeline.datasets.manifest import (
     content_hash,
     file_sha256,
     load_manifest,
+    manifest_path,
     publish_manifest,
 )
 from pipeline.features import definitions as fd
@@ -133,13 +134,11 @@ def build_dataset(spark: SparkSession, store: RawStore, plan: DatasetPlan, confi
     reused = _place_version(build_dir, data / version, shards)
     shards = sorted((ShardInfo(f"data/{version}/{s.path}", s.date, s.shard, s.rows, s.frauds, s.sha256)
                      for s in shards), key=lambda s: (s.date, s.shard))
-    manifest_path = root / "manifests" / f"{version}.json"
-    if reused and manifest_path.is_file():
+    if reused and manifest_path(root, version).is_file():
         manifest = load_manifest(root, version)  # keep the first publication (its created_at, offsets)
     else:
         manifest = _manifest(config, plan, version, digest, shards, store, schema)
-    manifest_path = publish_manifest(root, manifest)
-    return _summary(config, root, manifest, manifest_path, reused)
+    return _summary(config, root, manifest, publish_manifest(root, manifest), reused)
 
 
 def _manifest(config: DatasetConfig, plan: DatasetPlan, version: str, digest: str, shards: list[ShardInfo],

@@ -113,10 +113,10 @@ def _compromise_evidence(root: Path, manifest: DatasetManifest,
     columns = ["card_id", manifest.label_column]
     has_reports = REPORTED_AT_COLUMN in pq.read_schema(root / shards[0].path).names
     rows = read_shards(root, shards, columns + ([REPORTED_AT_COLUMN] if has_reports else []))
-    training = {name for name in TRAINING_SPLITS if name in manifest.splits}
-    in_training = [s for s in shards if any(manifest.splits[n].contains(s.date) for n in training)]
-    trained = read_shards(root, in_training, columns) if in_training else rows.iloc[:0]
-    known_cards = set(trained.loc[trained[manifest.label_column] == 1, "card_id"])
+    training = [manifest.splits[name] for name in TRAINING_SPLITS if name in manifest.splits]
+    # read_shards keeps the shards' order and row counts: each row's split follows from its shard.
+    trained = np.repeat([any(w.contains(s.date) for w in training) for s in shards], [s.rows for s in shards])
+    known_cards = set(rows.loc[trained & (rows[manifest.label_column] == 1).to_numpy(), "card_id"])
     if not has_reports:
         return known_cards, None
     reported = rows[rows[REPORTED_AT_COLUMN].notna()]

@@ -1,8 +1,9 @@
-"""A daemon thread that calls one function every ``interval_s`` until stopped.
+"""The service's background threads: a stoppable daemon thread, and one that calls a function
+every ``interval_s``.
 
-Used for the champion-alias poll, the rules refresh and feature expiry. The function owns its
-errors (each component records them for /health); one that escapes is logged and the loop goes
-on, so a bad tick never silently ends the refreshes.
+:class:`Periodic` runs the champion-alias poll, the rules refresh and feature expiry. The function
+owns its errors (each component records them for /health); one that escapes is logged and the loop
+goes on, so a bad tick never silently ends the refreshes.
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ from collections.abc import Callable
 log = logging.getLogger(__name__)
 
 
-class Periodic:
-    def __init__(self, name: str, interval_s: float, tick: Callable[[], object]) -> None:
+class BackgroundThread:
+    """A daemon thread running ``_run`` until :meth:`stop`; ``_run`` watches ``self._stop``."""
+
+    def __init__(self, name: str) -> None:
         self.name = name
-        self.interval_s = interval_s
-        self._tick = tick
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
@@ -29,6 +30,16 @@ class Periodic:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout_s)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+
+class Periodic(BackgroundThread):
+    def __init__(self, name: str, interval_s: float, tick: Callable[[], object]) -> None:
+        super().__init__(name)
+        self.interval_s = interval_s
+        self._tick = tick
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):

@@ -25,6 +25,7 @@ from pipeline.contract import Kind, validate_event
 from pipeline.kafka.settings import KafkaConfig
 from pipeline.serving.config import StreamConfig
 from pipeline.serving.features import FeatureStore, micros, payment_from_event
+from pipeline.serving.periodic import BackgroundThread
 from pipeline.serving.seed import SeedReport, seed_from_raw_store
 
 log = logging.getLogger(__name__)
@@ -33,32 +34,23 @@ RETRY_S = 2.0  # wait before reconnecting after a failure (a missing topic, a br
 MAX_POLL_RECORDS = 500
 
 
-class EventFeed:
+class EventFeed(BackgroundThread):
     """Keeps a :class:`FeatureStore` current from the raw store and the Kafka topics."""
 
     def __init__(self, features: FeatureStore, kafka: KafkaConfig, config: StreamConfig,
                  raw_root: Path | None) -> None:
+        super().__init__("event-feed")
         self.features = features
         self.kafka = kafka
         self.config = config
         self.raw_root = raw_root if config.seed_from_raw_store else None
         self._kinds = {kafka.transactions_topic: Kind.TRANSACTION, kafka.labels_topic: Kind.LABEL}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="event-feed", daemon=True)
         self.seed: SeedReport | None = None
         self.seeded = threading.Event()  # set once seeding is done (or not configured)
         self.consumed: Counter[str] = Counter()  # topic -> valid records applied
         self.rejected: Counter[str] = Counter()  # reject reason -> records skipped
         self.positions: dict[str, int] = {}  # "topic[partition]" -> next offset
         self.last_error: str | None = None
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self, timeout_s: float = 10.0) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout_s)
 
     def _run(self) -> None:
         start_offsets: dict[str, dict[int, int]] = {}

@@ -292,29 +292,7 @@ def _truncate_jsonl(path: Path, step: int) -> None:
         write_text_atomic(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
 
 
-# ---- module-level names kept for callers written before RunDir (launch, trainer, bench) ------
-
-
-def write_run_inputs(run_dir: Path, config: dict[str, Any], manifest: DatasetManifest, dataset_root: Path) -> None:
-    """config.json, dataset.json (the manifest file trained on, byte for byte) and dataset_root.txt."""
-    manifest_file = Path(dataset_root) / "manifests" / f"{manifest.version}.json"
-    RunDir(run_dir).write_inputs(config, manifest_file, dataset_root)
-
-
-def append_jsonl(run_dir: Path, name: str, record: dict[str, Any]) -> None:
-    _append_jsonl(Path(run_dir) / name, record)
-
-
-def truncate_after_step(run_dir: Path, name: str, step: int) -> None:
-    """Drop the records of ``name`` logged after ``step`` (see RunDir.truncate_metrics_after)."""
-    _truncate_jsonl(Path(run_dir) / name, step)
-
-
-def read_jsonl(run_dir: Path, name: str) -> list[dict[str, Any]]:
-    return _read_jsonl(Path(run_dir) / name)
-
-
 def read_summary(run_dir: Path) -> dict[str, Any] | None:
-    """summary.json as a dict (checked against RunSummary), or None when the run has not finished."""
+    """summary.json as a plain dict (checked against RunSummary), or None when the run has not finished."""
     summary = RunDir(run_dir).read_summary()
     return summary.to_dict() if summary is not None else None

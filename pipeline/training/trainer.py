@@ -26,7 +26,7 @@ from torch.nn.parallel import DistributedDataParallel
 from models.fraud_mlp import FraudModel, FraudModelConfig
 from models.piecewise_linear import fit_bin_edges
 from pipeline.config import to_dict
-from pipeline.datasets.manifest import load_manifest
+from pipeline.datasets.manifest import load_manifest, manifest_path
 from pipeline.training import run_dir as files
 from pipeline.training.checkpoint import Checkpointer
 from pipeline.training.comm_hooks import register_compression
@@ -107,7 +107,8 @@ class Trainer:
         train_shards = self.manifest.shards_for("train")
         frauds = sum(s.frauds for s in train_shards)
         self.loss_fn = make_loss(config.optim, frauds, sum(s.rows for s in train_shards) - frauds)
-        self.checkpointer = Checkpointer(self.run_dir / files.CHECKPOINTS, env.rank, env.world_size,
+        self.files = files.RunDir(self.run_dir)
+        self.checkpointer = Checkpointer(self.files.checkpoints, env.rank, env.world_size,
                                          config.checkpoint.keep_last, barrier)
         self.state = TrainerState()
         self.progress = ProgressLine()
@@ -145,7 +146,7 @@ class Trainer:
             self.checkpointer.ensure_best(self.state.best_step if self.state.best_step >= 0 else None)
             state = self.state
             summary = finalize_run(
-                files.RunDir(self.run_dir), self.checkpointer, self.dataset_root, self.manifest, self.loss_fn,
+                self.files, self.checkpointer, self.dataset_root, self.manifest, self.loss_fn,
                 TrainingOutcome(
                     global_step=state.global_step, epochs=state.epoch + (1 if state.step_in_epoch else 0),
                     best_epoch=state.best_epoch, best_metrics=state.best_metrics,
@@ -270,7 +271,7 @@ class Trainer:
             "bytes_sent": self.comm.step_bytes_sent, "bytes_dense": self.comm.step_bytes_dense,
             "samples_per_s": rate, "skipped_steps": self.state.skipped_steps, "time": time.time(),
         }
-        files.append_jsonl(self.run_dir, files.STEPS_FILE, record)
+        self.files.append_step(record)
         self.progress.update(format_progress(
             self.state.global_step, self.total_steps, self.state.epoch, rate, self.last_loss, self.last_lr,
             record["density"], record["bytes_sent"], record["bytes_dense"]))
@@ -299,8 +300,7 @@ class Trainer:
             self.state.stopped_early = self.state.epochs_without_improvement >= self.config.loop.early_stop_patience
         if self.env.is_rank0:
             self.progress.finish()
-            files.append_jsonl(self.run_dir, files.EPOCHS_FILE,
-                               {"epoch": epoch, "step": self.state.global_step, **metrics, "time": time.time()})
+            self.files.append_epoch({"epoch": epoch, "step": self.state.global_step, **metrics, "time": time.time()})
             log_rank0(f"epoch {epoch}: val_loss {metrics['val_loss']:.4f} auc {metrics['auc_roc']:.4f} "
                       f"ap {ap:.4f} card_precision@100 {metrics['card_precision_at_100']:.3f}"
                       + (" (best)" if improved else "") + (" -> early stop" if self.state.stopped_early else ""))
@@ -347,8 +347,7 @@ class Trainer:
             if self.comm.compressor is not None and "residuals" in rank_state:
                 self.comm.compressor.load_state_dict(rank_state["residuals"], self.env.device)
         if self.env.is_rank0:
-            files.truncate_after_step(self.run_dir, files.STEPS_FILE, self.state.global_step)
-            files.truncate_after_step(self.run_dir, files.EPOCHS_FILE, self.state.global_step)
+            self.files.truncate_metrics_after(self.state.global_step)
         log_rank0(f"resumed from {latest} (step {self.state.global_step}, epoch {self.state.epoch})")
         return True
 
@@ -394,7 +393,7 @@ class Trainer:
 
     def _write_inputs(self) -> None:
         config = {**to_dict(self.config), "world_size": self.env.world_size, "backend": self.env.backend}
-        files.write_run_inputs(self.run_dir, config, self.manifest, self.dataset_root)
+        self.files.write_inputs(config, manifest_path(self.dataset_root, self.manifest.version), self.dataset_root)
 
     def _maybe_inject_kill(self) -> None:
         faults = self.config.faults

@@ -22,7 +22,7 @@ from pipeline.datasets.manifest import load_manifest
 from pipeline.training.checkpoint import TRAINER_FILE, load_tensor_file, rank_file
 from pipeline.training.export import export_model_from_checkpoint
 from pipeline.training.launch import Torchrun, TrainingJobFailed, run_training
-from pipeline.training.run_dir import EPOCHS_FILE, STEPS_FILE, read_jsonl
+from pipeline.training.run_dir import RunDir
 from tests.training.dataset_factory import write_conf_dir
 
 pytestmark = pytest.mark.slow
@@ -103,13 +103,13 @@ def test_run_directory_follows_the_contract(reference, tiny_dataset):
     published = tiny_dataset / "manifests" / f"{manifest.version}.json"
     assert (run_dir / "dataset.json").read_bytes() == published.read_bytes()
     assert Path((run_dir / "dataset_root.txt").read_text().strip()) == tiny_dataset.resolve()
-    steps = read_jsonl(run_dir, STEPS_FILE)
+    steps = RunDir(run_dir).read_steps()
     assert [s["step"] for s in steps] == list(range(1, TOTAL_STEPS + 1))
     assert set(steps[0]) == {"step", "epoch", "loss", "lr", "density", "bytes_sent", "bytes_dense",
                              "samples_per_s", "skipped_steps", "time"}
     assert steps[0]["density"] == 1.0 and steps[-1]["density"] == pytest.approx(0.05)
     assert steps[-1]["bytes_sent"] < steps[0]["bytes_sent"]  # sparse after the dense warm-up
-    epochs = read_jsonl(run_dir, EPOCHS_FILE)
+    epochs = RunDir(run_dir).read_epochs()
     assert [e["epoch"] for e in epochs] == [0, 1]
     assert {"val_loss", "auc_roc", "average_precision", "recall_at_1pct_fpr", "card_precision_at_100",
             "ece"} <= set(epochs[0])
@@ -141,7 +141,7 @@ def test_worker_sigkill_restarts_resumes_and_ends_bit_identical(reference, workd
     assert "fault injection: SIGKILL at step 7" in output
     assert "resumed from" in output and "step-00000004" in output
     assert summary.completed and summary.global_step == TOTAL_STEPS
-    assert [s["step"] for s in read_jsonl(run_dir, STEPS_FILE)] == list(range(1, TOTAL_STEPS + 1))
+    assert [s["step"] for s in RunDir(run_dir).read_steps()] == list(range(1, TOTAL_STEPS + 1))
     _assert_identical(reference[0], run_dir)
 
 
@@ -168,7 +168,7 @@ def test_a_nan_loss_step_is_skipped_counted_and_parameters_stay_finite(workdir, 
                            log_file=log)
     assert summary.skipped_steps == 1
     assert "step 5: non-finite loss or gradient, step skipped" in log.read_text()
-    steps = read_jsonl(run_dir, STEPS_FILE)
+    steps = RunDir(run_dir).read_steps()
     assert [s["skipped_steps"] for s in steps if s["step"] in (5, 6)] == [0, 1]
     trainer, _ = _final_state(run_dir)
     assert all(torch.isfinite(t).all() for t in [*trainer["model"].values(), *trainer["training_params"]])
