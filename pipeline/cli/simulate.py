@@ -26,11 +26,11 @@ from pipeline.config import ConfigError
 from pipeline.contract import Kind
 from pipeline.kafka.producer import topic_for
 
-if TYPE_CHECKING:  # pipeline.simulation and pipeline.demo load pandas: imported where the command runs
+if TYPE_CHECKING:  # pipeline.simulation loads pandas: imported where the command runs
     import pandas as pd
 
-    from pipeline.demo.nights import Night
     from pipeline.simulation import Simulation, SimulationConfig
+    from pipeline.simulation.windows import Window
 
 # pipeline.simulation.io.EVENT_FORMATS, spelled out: importing any pipeline.simulation module runs the
 # package __init__, which loads pandas. tests/cli/test_simulate.py checks the two agree.
@@ -43,6 +43,8 @@ FILE_FORMATS = ("jsonl", "parquet")
 @click.option("--seed", type=int, default=None, help="Random seed: same seed and dates, same data.")
 @click.option("--start-date", callback=parse_date, metavar="YYYY-MM-DD", help="First day of the window (UTC).")
 @click.option("--fraud-rate", type=float, default=None, help="Fraud share of transactions, e.g. 0.005.")
+@click.option("--preset", default=None, metavar="NAME",
+              help="Portfolio conf/<env>/simulation.NAME.toml instead of simulation.toml (default: $FRAUD_SIM_PRESET).")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Directory for transactions.<format> and labels.<format> (every report, whenever made).")
 @click.option("--format", "fmt", type=click.Choice(FILE_FORMATS), default="jsonl", show_default=True)
@@ -55,7 +57,7 @@ FILE_FORMATS = ("jsonl", "parquet")
 @click.pass_context
 def simulate_command(ctx: click.Context, days: int | None, num_cards: int | None, seed: int | None,
                      start_date: date | None, fraud_rate: float | None, out: Path | None, fmt: str,
-                     publish: bool, since: date | None, bootstrap_servers: str | None) -> None:
+                     publish: bool, since: date | None, preset: str | None, bootstrap_servers: str | None) -> None:
     """Simulate card payments with fraud patterns and delayed fraud reports."""
     if out is None and not publish:
         raise click.UsageError("give --out DIR, --publish, or both")
@@ -66,7 +68,7 @@ def simulate_command(ctx: click.Context, days: int | None, num_cards: int | None
 
     overrides = {"days": days, "num_cards": num_cards, "seed": seed, "fraud_rate": fraud_rate,
                  "start_date": start_date.isoformat() if start_date else None}
-    config = _config(cli_context(ctx).env, {k: v for k, v in overrides.items() if v is not None})
+    config = _config(cli_context(ctx).env, preset, {k: v for k, v in overrides.items() if v is not None})
     windows = _windows(config, since)
     console = output_console()
     started = time.perf_counter()
@@ -91,12 +93,13 @@ def simulate_command(ctx: click.Context, days: int | None, num_cards: int | None
         require_delivered(reports)
 
 
-def _config(env: str, overrides: dict[str, object]) -> SimulationConfig:
-    """The env's simulation config with the CLI's overrides: a bad file exits 1, a bad option 2."""
+def _config(env: str, preset: str | None, overrides: dict[str, object]) -> SimulationConfig:
+    """The env's simulation config (or preset) with the CLI's overrides: a bad file or unknown preset
+    exits 1, a bad option 2."""
     from pipeline.simulation import load_simulation_config
 
     try:
-        config = load_simulation_config(env)
+        config = load_simulation_config(env, preset)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from exc
     try:
@@ -105,22 +108,22 @@ def _config(env: str, overrides: dict[str, object]) -> SimulationConfig:
         raise click.UsageError(str(exc)) from exc
 
 
-def _windows(config: SimulationConfig, since: date | None) -> list[Night]:
+def _windows(config: SimulationConfig, since: date | None) -> list[Window]:
     """The earlier windows from ``since`` and this one, oldest first; each cut off at its end."""
-    from pipeline.demo.nights import Night
+    from pipeline.simulation.windows import Window
 
     first, start = since or config.window_start, config.window_start
     span = (start - first).days
     if span < 0 or span % config.days:
         raise click.UsageError(f"--since {first} must be a whole number of {config.days}-day windows "
                                f"before the window's start {start}")
-    return [Night(i, first + timedelta(days=i * config.days), config.days) for i in range(span // config.days + 1)]
+    return [Window(i, first + timedelta(days=i * config.days), config.days) for i in range(span // config.days + 1)]
 
 
-def _reports_due(windows: list[Night], sim: Simulation) -> pd.DataFrame:
+def _reports_due(windows: list[Window], sim: Simulation) -> pd.DataFrame:
     """Labels made during the last window (before its end), about its payments or earlier windows'."""
-    from pipeline.demo.nights import labels_published_on
     from pipeline.simulation import simulate
+    from pipeline.simulation.windows import labels_published_on
 
     earlier = [simulate(dataclasses.replace(sim.config, start_date=w.start.isoformat())) for w in windows[:-1]]
     previous = windows[-2] if len(windows) > 1 else None

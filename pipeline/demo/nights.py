@@ -10,17 +10,19 @@ a report made after a night's cut-off waits for a later night, as it would in pr
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import date
 from pathlib import Path
-
-import pandas as pd
 
 from pipeline.atomic import write_json_atomic
 from pipeline.config import load_section
-from pipeline.simulation import Simulation, SimulationConfig, simulate
+from pipeline.simulation import Simulation, SimulationConfig
+from pipeline.simulation.windows import Window as Night
+from pipeline.simulation.windows import labels_published_on, plan_windows, simulate_window
+
+__all__ = ["DemoConfig", "Night", "labels_published_on", "load_demo_config", "load_played", "plan_nights",
+           "save_played", "simulate_night"]
 
 
 @dataclass(frozen=True)
@@ -39,46 +41,13 @@ def load_demo_config(env: str | None = None) -> DemoConfig:
     return load_section(DemoConfig, "demo", env)
 
 
-@dataclass(frozen=True)
-class Night:
-    index: int
-    start: date  # first simulated day of this night's window
-    days: int
-
-    @property
-    def run_date(self) -> date:
-        """The night's ingest run date: its last simulated day (labels reported by its end count)."""
-        return self.start + timedelta(days=self.days - 1)
-
-    @property
-    def cutoff(self) -> datetime:
-        """Reports made before this instant are published on this night (or earlier)."""
-        return datetime.combine(self.run_date + timedelta(days=1), time(0), tzinfo=UTC)
-
-
 def plan_nights(first_start: date, played: int, config: DemoConfig) -> list[Night]:
     """The ``played`` nights already published plus the next one, in order."""
-    nights = [Night(0, first_start, config.first_night_days)]
-    for i in range(1, played + 1):
-        prev = nights[-1]
-        nights.append(Night(i, prev.start + timedelta(days=prev.days), config.days_per_night))
-    return nights
+    return plan_windows(first_start, config.first_night_days, played, config.days_per_night)
 
 
 def simulate_night(night: Night, base: SimulationConfig, demo: DemoConfig) -> Simulation:
-    config = dataclasses.replace(base, start_date=night.start.isoformat(), days=night.days,
-                                 num_cards=demo.num_cards, num_merchants=demo.num_merchants)
-    return simulate(config)
-
-
-def labels_published_on(night: Night, previous: Night | None, sims: list[Simulation]) -> pd.DataFrame:
-    """Reports (from any window simulated so far) made in ``(previous.cutoff, night.cutoff]``."""
-    frames = []
-    for sim in sims:
-        reported = pd.to_datetime(sim.labels["reported_at"], utc=True, format="ISO8601")
-        after = reported >= previous.cutoff if previous else pd.Series(True, index=reported.index)
-        frames.append(sim.labels[after & (reported < night.cutoff)])
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return simulate_window(night, base, num_cards=demo.num_cards, num_merchants=demo.num_merchants)
 
 
 def load_played(state: Path) -> int:

@@ -76,3 +76,17 @@ def test_bad_options_are_usage_errors(args: list[str], message: str) -> None:
 
 def test_the_format_choice_is_the_event_file_formats() -> None:
     assert FILE_FORMATS == EVENT_FORMATS
+
+
+def test_preset_selects_the_second_portfolio_and_an_unknown_one_exits_1(tmp_path: Path) -> None:
+    runner = CliRunner()
+    default = runner.invoke(cli, ["simulate", "--days", "1", "--cards", "200", "--out", str(tmp_path / "a")])
+    preset = runner.invoke(cli, ["simulate", "--days", "1", "--cards", "200", "--preset", "ecommerce",
+                                 "--out", str(tmp_path / "b")])
+    assert default.exit_code == 0 and preset.exit_code == 0, default.output + preset.output
+    # The preset's own seed is 4242 (conf/dev/simulation.ecommerce.toml); the default's is 7.
+    assert "seed 4242" in preset.output and "seed 7" in default.output
+    assert (tmp_path / "a" / "transactions.jsonl").read_text() != (tmp_path / "b" / "transactions.jsonl").read_text()
+    unknown = runner.invoke(cli, ["simulate", "--days", "1", "--preset", "retial", "--out", str(tmp_path / "c")])
+    assert unknown.exit_code == 1
+    assert "simulation preset 'retial'" in unknown.output and "ecommerce" in unknown.output
