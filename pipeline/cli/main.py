@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import click
 
+from pipeline.cli.backtest import backtest
 from pipeline.cli.bench import bench
 from pipeline.cli.broker import broker
 from pipeline.cli.context import CliContext
@@ -40,6 +41,7 @@ def cli(ctx: click.Context, env: str) -> None:
     ctx.obj = CliContext(env=env)
 
 
+cli.add_command(backtest)
 cli.add_command(broker)
 cli.add_command(bench)
 cli.add_command(demo)
