@@ -1,66 +1,132 @@
-"""The simulated dataset the training benchmarks share: simulator -> Kafka -> Spark ingest.
+"""The simulated portfolios the training benchmarks share: simulator -> Kafka -> Spark ingest -> backtest.
 
-Built once per size through the same path as production (embedded broker, the project's Kafka
-data source, point-in-time features, manifested shards) and cached under
-``<state>/bench/simulated-<size>``; later benchmark runs reuse the published version.
+One portfolio per simulation preset (``default``: conf/dev/simulation.toml; ``ecommerce``:
+simulation.ecommerce.toml, another fraud mix and seed) and size. Each goes the production way: the
+simulator's window (payments and the fraud reports made by its end) is published to a fresh
+embedded broker and landed in a raw store by the ingest job; the benchmark dataset is then the
+backtest layout :data:`BENCH_DAYS` built from that raw store by :mod:`pipeline.backtest` (its test
+split is the protocol holdout every model is scored on). Cached under
+``<state>/bench/<preset>-<size>/``; later runs reuse the raw store and the published dataset.
 ``$FRAUD_BENCH_DATASET`` points the benchmarks at any other dataset root instead.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import os
-from datetime import date
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import date, timedelta
 from pathlib import Path
 
-from pipeline.datasets.manifest import ManifestError, load_manifest
-from pipeline.demo.nights import DemoConfig, plan_nights
-from pipeline.demo.run import publish_nights
-from pipeline.ingest.config import load_ingest_config
-from pipeline.ingest.job import run_nightly
+import pandas as pd
+
+from pipeline.backtest import BacktestData, BacktestSpec, build_backtest_data
+from pipeline.contract import Kind
+from pipeline.ingest.config import IngestConfig, load_ingest_config
 from pipeline.ingest.progress import quiet
 from pipeline.kafka.broker import EmbeddedBroker, free_port
+from pipeline.kafka.producer import publish_records
 from pipeline.kafka.settings import load_kafka_config
 from pipeline.paths import state_dir
+from pipeline.protocol import BacktestDays
+from pipeline.registry.holdout import load_holdout
 from pipeline.simulation import load_simulation_config
+from pipeline.simulation.windows import Window, labels_published_on, simulate_window
 
 BENCH_DATASET_ENV = "FRAUD_BENCH_DATASET"
-# full: ~590k payments over 28 days (~420k rows in the 20 dataset days); quick: ~85k payments.
-FULL = DemoConfig(num_cards=14_000, num_merchants=2_000, first_night_days=35, dirty_records_per_night=0)
-QUICK = DemoConfig(num_cards=2_000, num_merchants=400, first_night_days=35, dirty_records_per_night=0)
+PRESETS = ("default", "ecommerce")
+# Several validation days (a stable early-stopping signal), a gap of the dev label maturity, a week of test.
+BENCH_DAYS = BacktestDays(train=14, validation=5, gap=7, test=7)
+SIM_DAYS = BENCH_DAYS.train + BENCH_DAYS.validation + BENCH_DAYS.gap + BENCH_DAYS.test + BENCH_DAYS.gap
 
 
-def bench_dataset_root(quick: bool) -> tuple[Path, str]:
-    """(dataset root, a sentence saying where it came from)."""
+@dataclass(frozen=True)
+class PortfolioSize:
+    num_cards: int
+    num_merchants: int
+
+
+# full: ~0.85-1M payments over 40 days (~400k in the train days); quick: a smoke-test size.
+FULL = PortfolioSize(num_cards=14_000, num_merchants=2_000)
+QUICK = PortfolioSize(num_cards=2_000, num_merchants=400)
+
+
+@dataclass(frozen=True)
+class BenchPortfolio:
+    name: str
+    data: BacktestData
+    truth: pd.DataFrame | None  # transaction_id, pattern: the simulator's truth (None for an external dataset)
+    source: str  # a sentence saying where the data came from
+
+
+def bench_dataset_root(quick: bool, preset: str | None = None) -> tuple[Path, str]:
+    """(dataset root, where it came from) of the preset's portfolio, or of ``$FRAUD_BENCH_DATASET``."""
     explicit = os.environ.get(BENCH_DATASET_ENV)
     if explicit:
         return Path(explicit), f"${BENCH_DATASET_ENV}={explicit}"
-    size = "quick" if quick else "full"
-    workdir = state_dir() / "bench" / f"simulated-{size}"
-    spec = QUICK if quick else FULL
-    root = workdir / "dataset"
-    try:
-        load_manifest(root)
-    except ManifestError:
-        build_simulated_dataset(workdir, root, spec)
-    return root, (f"simulator ({spec.num_cards} cards, {spec.first_night_days} days) -> Kafka -> Spark ingest, "
-                  f"cached in {workdir}")
+    portfolio = bench_portfolio(quick, preset)
+    return portfolio.data.root, portfolio.source
 
 
-def build_simulated_dataset(workdir: Path, root: Path, spec: DemoConfig, env: str = "dev") -> Path:
-    """Simulate one window, publish it to a fresh embedded broker, ingest it, publish the dataset."""
-    base = load_simulation_config(env)
-    night = plan_nights(date.fromisoformat(base.start_date), 0, spec)[-1]
-    ingest = load_ingest_config(env)
-    ingest = dataclasses.replace(
-        ingest,
-        raw=dataclasses.replace(ingest.raw, path=str(workdir / "raw")),
-        dataset=dataclasses.replace(ingest.dataset, root=str(root), name=f"bench-{workdir.name}"),
-    )
+def bench_portfolio(quick: bool, preset: str | None = None) -> BenchPortfolio:
+    """The preset's portfolio, built on first use (module docstring)."""
+    explicit = os.environ.get(BENCH_DATASET_ENV)
+    if explicit:
+        root = Path(explicit)
+        holdout = load_holdout(root)
+        return BenchPortfolio(root.name, BacktestData(root, holdout.manifest.version, holdout), None,
+                              f"${BENCH_DATASET_ENV}={explicit}")
+    preset = preset or PRESETS[0]
+    size = QUICK if quick else FULL
+    workdir = state_dir() / "bench" / f"{preset}-{'quick' if quick else 'full'}"
+    base = load_simulation_config("dev", None if preset == "default" else preset)
+    window = Window(0, date.fromisoformat(base.start_date), SIM_DAYS)
+    spec = BacktestSpec(window.start + timedelta(days=BENCH_DAYS.train + BENCH_DAYS.validation - 1), BENCH_DAYS)
+    config = _ingest_config(workdir)
+    truth_path = workdir / "truth.parquet"
+    with _build_lock(workdir):  # two benchmarks started together build the portfolio once
+        if not truth_path.is_file():
+            shutil.rmtree(workdir, ignore_errors=True)  # an interrupted build: its raw store and offsets start over
+            sim = simulate_window(window, base, num_cards=size.num_cards, num_merchants=size.num_merchants)
+            _land(workdir, config, window, sim)
+            sim.truth[["transaction_id", "pattern"]].to_parquet(truth_path)  # last: marks the raw store complete
+        data = build_backtest_data(config, spec, workdir / "dataset", progress=quiet())
+    source = (f"simulator preset {preset} ({size.num_cards} cards, {SIM_DAYS} days, seed {base.seed}) -> Kafka -> "
+              f"Spark ingest -> backtest {spec.name}, cached in {workdir}")
+    return BenchPortfolio(preset, data, pd.read_parquet(truth_path), source)
+
+
+@contextmanager
+def _build_lock(workdir: Path) -> Iterator[None]:
+    lock = workdir.parent / f"{workdir.name}.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with lock.open("w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)  # blocking: the second caller waits for the first build
+        yield
+
+
+def _ingest_config(workdir: Path) -> IngestConfig:
+    ingest = load_ingest_config("dev")
+    return dataclasses.replace(ingest, raw=dataclasses.replace(ingest.raw, path=str(workdir / "raw")))
+
+
+def _land(workdir: Path, config: IngestConfig, window: Window, sim) -> None:
+    """Publish the window to a fresh embedded broker and land it in the raw store with the ingest job."""
+    from pipeline.ingest.job import run_raw_ingest
+
+    labels = labels_published_on(window, None, [sim])
     with EmbeddedBroker("127.0.0.1", free_port(), workdir / "broker.log") as broker:
         broker.start()
-        kafka = dataclasses.replace(load_kafka_config(env), bootstrap_servers=broker.bootstrap_servers)
+        kafka = dataclasses.replace(load_kafka_config("dev"), bootstrap_servers=broker.bootstrap_servers)
         broker.create_topics(kafka.topics(), kafka.partitions)
-        publish_nights(kafka, [night], base, spec, echo=lambda _line: None)
-        run_nightly(ingest, kafka, night.run_date, progress=quiet())
-    return root
+        for topic, kind, records in ((kafka.transactions_topic, Kind.TRANSACTION, sim.transaction_records()),
+                                     (kafka.labels_topic, Kind.LABEL, labels.to_dict("records"))):
+            report = publish_records(kafka, topic, kind, records)
+            if not report.ok:
+                raise RuntimeError(f"publishing the bench portfolio to {topic}: {report.failed} failed "
+                                   f"({report.errors[:3]}); see {workdir / 'broker.log'}")
+        run_raw_ingest(config, kafka, progress=quiet())

@@ -11,6 +11,7 @@ these helpers.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -19,12 +20,12 @@ from typing import Any
 
 from pipeline.bench.dataset import bench_dataset_root
 from pipeline.paths import state_dir
-from pipeline.training.config import derive_train_config, write_train_toml
+from pipeline.training.config import derive_train_config, load_train_config, write_train_toml
 from pipeline.training.launch import Torchrun, run_training
 from pipeline.training.run_dir import RunDir, RunSummary
 
-# The production architecture (conf/prod) so compute per step is realistic; loop settings for timing.
-BENCH_MODEL = {"embedding_dim": 8, "hidden_dim": 128, "num_blocks": 2, "dropout": 0.1}
+# The production architecture (conf/prod's [model]) so compute per step and quality are realistic.
+BENCH_MODEL = dataclasses.asdict(load_train_config("prod").model)
 
 
 def run_bench_training(workdir: Path, name: str, dataset_root: Path, nproc: int,
