@@ -14,8 +14,9 @@ def demo(ctx: click.Context) -> None:
 
     Starts the embedded broker, simulates and publishes a night of payments and fraud reports,
     ingests them with Spark into a manifested dataset, trains with 2 DDP processes, registers the
-    model in MLflow and gates it against the champion, then stops the broker. Run it again for the
-    next night. Exit 0 whether the gate promoted or rejected the challenger; 1 if a stage failed.
+    model in MLflow and gates it against the champion; the scoring service (fraudctl serve) follows
+    the champion, reloading it when the gate promotes, and scores a few of the next day's payments;
+    then the service and the broker are stopped. Run it again for the next night. Exit 0 whether the gate promoted or rejected the challenger; 1 if a stage failed.
     """
     from pipeline.demo.nights import load_demo_config
     from pipeline.demo.run import DemoFailed, run_demo

@@ -1,9 +1,11 @@
-"""The demo: start a broker, publish the next simulated night, run the nightly cycle, summarise.
+"""The demo: start a broker, publish the next simulated night, run the nightly cycle beside the
+scoring service, score a few live payments, summarise.
 
 The cycle is the production one (:func:`pipeline.nightly.cycle.run_cycle`, what ``fraudctl nightly``
-and the fraud_nightly DAG run); the demo only supplies what production has already: a Kafka
-cluster (the embedded broker, with the nights played so far replayed into it) and a night of
-traffic (the simulator, sized by conf/<env>/demo.toml). Nothing here is a demo-only path.
+and the fraud_nightly DAG run) and the service is ``fraudctl serve`` (:mod:`pipeline.demo.serving`);
+the demo only supplies what production has already: a Kafka cluster (the embedded broker, with the
+nights played so far replayed into it), a night of traffic (the simulator, sized by
+conf/<env>/demo.toml) and a few of the next day's payments to score. Nothing here is a demo-only path.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pipeline.demo.nights import (
     save_played,
     simulate_night,
 )
+from pipeline.demo.serving import ServingFigures, ServingStep, pick_live_payments, serving_summary
 from pipeline.kafka.broker import EmbeddedBroker, free_port
 from pipeline.kafka.producer import publish_records
 from pipeline.kafka.reader import read_topic
@@ -55,17 +58,20 @@ class Tonight:
 def run_demo(env: str, demo: DemoConfig, echo: Echo = print) -> NightReport:
     """Play the next night end to end and return its report (the gate promoted or rejected).
 
-    Raises DemoFailed naming the stage when one fails; the night is then played again by the next
-    run (its records replay identically and every stage of the cycle is idempotent).
+    The scoring service runs inside the broker's lifetime (see :mod:`pipeline.demo.serving`): it
+    starts before the cycle on the current champion, follows the gate, scores the next day's first
+    live payments and is stopped before the broker. Raises DemoFailed naming the stage when one
+    fails; a failed cycle is played again by the next run (its records replay identically and every
+    stage of the cycle is idempotent).
     """
-    from pipeline.nightly.cycle import CycleConfig, run_cycle
-    from pipeline.nightly.stages import StageFailed
+    from pipeline.nightly.cycle import CycleConfig
 
     state = state_dir()
     base = load_simulation_config(env)
     played = load_played(state)
-    nights = plan_nights(date.fromisoformat(base.start_date), played, demo)
-    tonight = nights[-1]
+    first = date.fromisoformat(base.start_date)
+    nights = plan_nights(first, played, demo)
+    tonight, tomorrow = nights[-1], plan_nights(first, played + 1, demo)[-1]
     echo(f"== night {tonight.index + 1}: payments {tonight.start}..{tonight.run_date} "
          f"({played} earlier night(s) replayed into the fresh in-memory broker)")
     broker = EmbeddedBroker("127.0.0.1", free_port(), state / "demo" / "broker.log")
@@ -80,19 +86,30 @@ def run_demo(env: str, demo: DemoConfig, echo: Echo = print) -> NightReport:
             traffic = publish_nights(kafka, nights, base, demo, echo)
         cycle = dataclasses.replace(CycleConfig.load(env), kafka=kafka,
                                     torchrun=Torchrun(nproc_per_node=demo.train_processes))
-        try:
-            night = run_cycle(cycle, tonight.run_date, echo)
-        except StageFailed as exc:
-            raise DemoFailed(f"night {tonight.index + 1}: {exc}") from exc
-        save_played(state, played + 1)
+        with ServingStep(env, kafka, cycle.registry, state / "demo", echo) as serving:
+            with _stage(echo, "scoring service (fraudctl serve)"):
+                serving.start_on_champion()
+            night = _play(cycle, tonight, echo)
+            save_played(state, played + 1)
+            with _stage(echo, f"scoring service: live payments of {tomorrow.start}"):
+                served = serving.score_live(night, pick_live_payments(simulate_night(tomorrow, base, demo)))
     finally:
         broker.stop()
         echo(f"   broker pid {broker.process.pid} stopped")
-    # -- Scoring service: pipeline/serving plugs in here (start it on tonight's champion, score a
-    #    sample of tonight's payments, stop it) and adds its lines to the summary below.
-    for line in summary_lines(tonight, traffic, night, cycle.registry, time.monotonic() - started):
+    for line in summary_lines(tonight, traffic, night, cycle.registry, served, time.monotonic() - started):
         echo(line)
     return night
+
+
+def _play(cycle, tonight: Night, echo: Echo) -> NightReport:
+    """The production cycle (a CycleConfig) for tonight's run date; a stage failure becomes DemoFailed."""
+    from pipeline.nightly.cycle import run_cycle
+    from pipeline.nightly.stages import StageFailed
+
+    try:
+        return run_cycle(cycle, tonight.run_date, echo)
+    except StageFailed as exc:
+        raise DemoFailed(f"night {tonight.index + 1}: {exc}") from exc
 
 
 def publish_nights(kafka: KafkaConfig, nights: list[Night], base, demo: DemoConfig, echo: Echo) -> Tonight:
@@ -127,8 +144,9 @@ def publish_nights(kafka: KafkaConfig, nights: list[Night], base, demo: DemoConf
     return tonight
 
 
-def summary_lines(tonight: Night, traffic: Tonight, night: NightReport, registry, seconds: float) -> list[str]:
-    """The end of the demo: counts, metrics, decision, and where to look next."""
+def summary_lines(tonight: Night, traffic: Tonight, night: NightReport, registry, served: ServingFigures | None,
+                  seconds: float) -> list[str]:
+    """The end of the demo: counts, metrics, decision, the service's figures, and where to look next."""
     from pipeline.nightly.text import SHOWN_VALIDATION, decision_line
     from pipeline.registry.config import resolved_tracking_uri
 
@@ -155,6 +173,7 @@ def summary_lines(tonight: Night, traffic: Tonight, night: NightReport, registry
         f"   {decision_line(gate)}",
         f"   model: {night.model.model_name} v{night.model.version}; champion "
         + (f"v{gate.champion_version}" if gate.champion_version else "none yet"),
+        *serving_summary(served),
         f"   plots: {plots_location(registry, night.model.version)}",
         f"   runs, metrics and models: mlflow ui --backend-store-uri {resolved_tracking_uri(registry)}",
         f"   run directory: {run.run_dir}",

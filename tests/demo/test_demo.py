@@ -1,13 +1,18 @@
-"""`make demo` end to end, two nights: every component for real (Tansu, Spark, torchrun, MLflow).
+"""`make demo` end to end, two nights: every component for real (Tansu, Spark, torchrun, MLflow,
+`fraudctl serve` on uvicorn).
 
 The second night must read only the new offsets (earlier nights are replayed into the fresh
 in-memory broker byte-identically) and gate a new challenger against the first night's champion.
 The demo runs the production cycle (pipeline.nightly.cycle): its records land in the night's ledger.
+The scoring service serves the champion (on night 2 from before the cycle, so a promotion reaches
+it as a hot reload), decides the next day's live payments, and is stopped before the broker.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
 
 import pyarrow.dataset as pads
 import pytest
@@ -15,6 +20,7 @@ from mlflow import MlflowClient
 
 from pipeline.demo.nights import DemoConfig, load_played
 from pipeline.demo.run import run_demo
+from pipeline.demo.serving import LIVE_PAYMENTS
 from pipeline.ingest.config import load_ingest_config
 from pipeline.nightly.records import NightLedger, NightReport
 from pipeline.registry.config import load_registry_config, resolved_tracking_uri
@@ -30,7 +36,30 @@ def _raw_transaction_ids(state_dir):
     return table.column("transaction_id").to_pylist()
 
 
+DECISION = re.compile(r"^   tx-\S+ +\d+\.\d\d [A-Z]{3}  (fraud \(\w+\)|genuine) +score [01]\.\d{3}  "
+                      r"(allow|review|block) +v(\d+)  by ")
+STOPPED = re.compile(r"^   scoring service pid (\d+) stopped")
+
+
+def _check_serving(lines: list[str], champion: int | None) -> None:
+    """The live payments were decided by ``champion``, and the service was stopped (by pid) before the broker."""
+    out = "\n".join(lines)
+    if champion is None:
+        assert "scoring service: not started (no champion yet)" in out
+        return
+    decided = [m for m in map(DECISION.match, lines) if m]
+    assert len(decided) == LIVE_PAYMENTS and {int(m.group(3)) for m in decided} == {champion}
+    assert "fraudctl serve: pid" in out and "on http://127.0.0.1:" in out
+    stop = next(i for i, line in enumerate(lines) if STOPPED.match(line))
+    assert stop < next(i for i, line in enumerate(lines) if line.startswith("   broker pid"))
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(STOPPED.match(lines[stop]).group(1)), 0)
+    summary = out[out.index("== summary of night"):]
+    assert f"scoring service: {LIVE_PAYMENTS} live payments scored by v{champion}" in summary
+
+
 @pytest.mark.slow
+@pytest.mark.timeout(2400)  # two nights of every component on a shared 2-core machine
 def test_two_nights_publish_ingest_train_and_gate(state_dir):
     lines: list[str] = []
     first = run_demo("dev", SMALL, lines.append)
@@ -45,6 +74,9 @@ def test_two_nights_publish_ingest_train_and_gate(state_dir):
     assert f"fraud-detector v{first.model.version}" in summary and "mlflow ui --backend-store-uri sqlite:///" in summary
     assert "fraudctl history" in summary and str(state_dir) in summary
     assert load_played(state_dir) == 1
+    _check_serving(lines, first.gate.champion_version)
+    if first.gate.promoted:
+        assert "(the service started after the gate made it champion)" in out
     ids_after_first = _raw_transaction_ids(state_dir)
     assert len(ids_after_first) == len(set(ids_after_first))  # the night's duplicates were dropped
 
@@ -71,4 +103,14 @@ def test_two_nights_publish_ingest_train_and_gate(state_dir):
     expected_champion = 2 if second.gate.promoted else 1 if first.gate.promoted else None
     aliases = {alias: int(v) for alias, v in client.get_registered_model(name).aliases.items()}
     assert aliases.get("champion") == expected_champion
-    assert f"Gate {name}: challenger v2" in "\n".join(lines)
+    out = "\n".join(lines)
+    assert f"Gate {name}: challenger v2" in out
+
+    # Night 2: the service ran beside the cycle on the first champion and followed the gate.
+    _check_serving(lines, expected_champion)
+    if first.gate.promoted:
+        assert out.index("serving champion v1 beside the night") < out.index("== nightly cycle")
+        if second.gate.promoted:
+            assert re.search(r"hot reload: v1 -> v2 without a restart, live \d+\.\ds after the gate's decision", out)
+        else:
+            assert "serving champion v1; no reload tonight: the gate kept it" in out

@@ -1,0 +1,304 @@
+"""The demo's scoring-service step: the real ``fraudctl serve`` beside the night, then live payments.
+
+Order of effects within :func:`pipeline.demo.run.run_demo` (inside the broker's lifetime, so the
+broker stops last):
+
+1. before the cycle, if the registry has a champion, ``fraudctl serve`` starts as a child process
+   on a free 127.0.0.1 port, consuming the demo's broker (``KAFKA_BOOTSTRAP_SERVERS``) and serving
+   that champion; a thread notes each model version its ``/health`` reports;
+2. the production cycle runs beside it, untouched; when its gate promotes, the service's alias poll
+   loads the new champion and swaps it in without a restart (the hot reload the summary reports,
+   with its delay after the gate's decision);
+3. after the cycle (on the first night only now, once the gate made a first champion): ``/ready``,
+   then a handful of the *next* day's simulated payments (tomorrow night publishes the same ones to
+   Kafka), frauds among them by the simulator's truth, go to ``POST /score`` one at a time, and each
+   decision is printed;
+4. leaving the step stops the process it started (SIGTERM, SIGKILL after a grace period), whatever
+   happened. Nothing else is touched: the registry is only read.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from pipeline.config import PROJECT_ROOT
+from pipeline.kafka.broker import free_port
+from pipeline.kafka.settings import KafkaConfig
+from pipeline.nightly.records import GateOutcome, NightLedger, NightReport
+from pipeline.registry.config import RegistryConfig
+from pipeline.serving.config import ADMIN_TOKEN_ENV, load_serving_config
+from pipeline.simulation import GENUINE, PATTERNS, Simulation
+
+HOST = "127.0.0.1"  # the demo's service is never reachable from outside this machine
+FRAUDCTL = "from pipeline.cli.main import cli; cli()"  # `fraudctl`, from this interpreter's environment
+READY_TIMEOUT_S = 300.0  # imports, model load and feature seeding on a busy 2-core machine
+RELOAD_GRACE_S = 60.0  # beyond one alias poll: fetching and warming up the new version
+STOP_TIMEOUT_S = 30.0  # uvicorn drains, the service stops its threads; then SIGKILL
+WATCH_INTERVAL_S = 0.5
+LIVE_PAYMENTS = 8
+LIVE_FRAUDS = 3  # of distinct patterns, where the day has that many
+STOPPING = ("review", "block")  # decisions that keep a payment from going through unchecked
+
+Echo = Callable[[str], None]
+
+
+class ServiceFailed(RuntimeError):
+    """The scoring service did not start, answer or reload; the message points at its log."""
+
+
+@dataclass(frozen=True)
+class LivePayment:
+    event: dict[str, Any]  # the contract event posted to /score
+    pattern: str  # the simulator's truth: "genuine" or the fraud pattern (never sent)
+
+    @property
+    def is_fraud(self) -> bool:
+        return self.pattern != GENUINE
+
+
+@dataclass(frozen=True)
+class ServingFigures:
+    """What the summary says about the service."""
+
+    requests: int
+    decisions: dict[str, int]  # decision -> count
+    frauds_sent: int
+    frauds_stopped: int  # sent frauds decided review or block
+    version: int  # the version that decided the live payments
+    reload: str  # the hot reload seen, or why there was none
+    log: Path
+
+
+def pick_live_payments(sim: Simulation, total: int = LIVE_PAYMENTS, frauds: int = LIVE_FRAUDS) -> list[LivePayment]:
+    """Up to ``frauds`` frauds of distinct patterns (the middle one of each) and genuine payments spread
+    over the day to make ``total``, in event-time order (as they would arrive)."""
+    patterns = sim.truth["pattern"].to_numpy()
+    by_pattern = [np.flatnonzero(patterns == p) for p in PATTERNS]
+    chosen = [int(rows[len(rows) // 2]) for rows in by_pattern if len(rows)][:frauds]
+    genuine = np.flatnonzero(patterns == GENUINE)
+    step = max(len(genuine) // (total - len(chosen) + 1), 1)
+    chosen += [int(i) for i in genuine[step::step][: total - len(chosen)]]
+    records = list(sim.transaction_records())  # same row order as truth, sorted by event time
+    return [LivePayment(records[i], str(patterns[i])) for i in sorted(chosen)]
+
+
+def decision_line(payment: LivePayment, answer: dict[str, Any]) -> str:
+    """One scored payment: id, amount, truth, score, decision, model version, why."""
+    truth = f"fraud ({payment.pattern})" if payment.is_fraud else "genuine"
+    reasons = answer["reasons"]
+    why = [f"by {reasons['decided_by']}", *reasons["rules"]]
+    top = ", ".join(f"{a['feature']} {a['contribution']:+.3f}" for a in reasons["top_features"])
+    return (f"   {answer['transaction_id']}  {payment.event['amount']:>9.2f} {payment.event['currency']}  "
+            f"{truth:<30} score {answer['score']:.3f}  {answer['decision']:<6}  v{answer['model_version']}  "
+            f"{'; '.join(why)}" + (f"; top features: {top}" if top else ""))
+
+
+def serving_summary(served: ServingFigures | None) -> list[str]:
+    """The service's lines of the demo's summary."""
+    if served is None:
+        return ["   scoring service: not started (no champion yet)"]
+    decisions = ", ".join(f"{n} {d}" for d, n in sorted(served.decisions.items()))
+    return [f"   scoring service: {served.requests} live payments scored by v{served.version} ({decisions}); "
+            f"{served.frauds_stopped} of the {served.frauds_sent} frauds among them sent to review or blocked",
+            f"   {served.reload}; stopped, log {served.log}"]
+
+
+class ServiceProcess:
+    """``fraudctl serve`` as a child process on a free loopback port, logging to ``log``."""
+
+    def __init__(self, env: str, kafka: KafkaConfig, log: Path) -> None:
+        self.env, self.kafka, self.log = env, kafka, log
+        self.port = free_port(HOST)
+        self.url = f"http://{HOST}:{self.port}"
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        environment = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": self.kafka.bootstrap_servers,
+                       ADMIN_TOKEN_ENV: ""}  # admin endpoints off: the demo only scores and watches
+        with self.log.open("ab") as out:  # the child keeps its own descriptor
+            self.process = subprocess.Popen(
+                [sys.executable, "-c", FRAUDCTL, "--env", self.env, "serve", "--host", HOST, "--port", str(self.port)],
+                cwd=PROJECT_ROOT, env=environment, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
+        """Until ``/ready`` answers 200; ServiceFailed when the process exits or the time runs out."""
+        deadline = time.monotonic() + timeout_s
+        with httpx.Client(base_url=self.url, timeout=5.0) as http:
+            while time.monotonic() < deadline:
+                self.check_alive()
+                try:
+                    if http.get("/ready").status_code == 200:
+                        return
+                except httpx.TransportError:
+                    pass  # not listening yet
+                time.sleep(0.5)
+        raise ServiceFailed(f"the scoring service on {self.url} was not ready after {timeout_s:.0f}s: see {self.log}")
+
+    def check_alive(self) -> None:
+        if self.process is not None and self.process.poll() is not None:
+            raise ServiceFailed(f"the scoring service exited with code {self.process.returncode}: see {self.log}")
+
+    def stop(self) -> int | None:
+        """SIGTERM (uvicorn drains, the service stops its threads), SIGKILL after STOP_TIMEOUT_S; the exit code."""
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(STOP_TIMEOUT_S)
+        return self.process.returncode
+
+
+class VersionWatch:
+    """Polls ``/health`` from a daemon thread and keeps each change of the served model version."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.versions: list[int] = []  # in the order the service served them
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="demo-version-watch", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10.0)
+
+    def _run(self) -> None:
+        with httpx.Client(base_url=self.url, timeout=2.0) as http:
+            while not self._stop.wait(WATCH_INTERVAL_S):
+                try:
+                    version = http.get("/health").json()["model"]["version"]
+                except (httpx.HTTPError, ValueError, KeyError, TypeError):
+                    continue  # not listening yet, or going away
+                if version is not None and (not self.versions or self.versions[-1] != version):
+                    self.versions.append(version)
+
+
+class ServingStep:
+    """The demo's scoring service for one night; leaving the ``with`` block stops what it started."""
+
+    def __init__(self, env: str, kafka: KafkaConfig, registry: RegistryConfig, workdir: Path, echo: Echo) -> None:
+        self.env, self.kafka, self.registry, self.echo = env, kafka, registry, echo
+        self.log = workdir / "serving.log"
+        self.poll_interval_s = load_serving_config(env).model.poll_interval_s
+        self.service: ServiceProcess | None = None
+        self.watch: VersionWatch | None = None
+        self.started_on: int | None = None  # the champion when the service started
+
+    def __enter__(self) -> ServingStep:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self.watch is not None:
+            self.watch.stop()
+        if self.service is not None and self.service.process is not None:
+            code = self.service.stop()
+            self.echo(f"   scoring service pid {self.service.process.pid} stopped (exit {code}); log {self.log}")
+
+    def start_on_champion(self) -> None:
+        """Start the service now if the registry has a champion: it then follows the night's gate."""
+        champion = self._champion()
+        if champion is None:
+            self.echo("   no champion yet: the service starts after the gate has made one")
+            return
+        self._start(champion)
+        self.echo(f"   serving champion v{champion} beside the night, following the alias every "
+                  f"{self.poll_interval_s:g}s")
+
+    def score_live(self, night: NightReport, payments: list[LivePayment]) -> ServingFigures | None:
+        """Make sure the service serves the night's champion, then score ``payments``; None without a champion."""
+        champion = night.gate.champion_version
+        if champion is None:
+            self.echo("   no champion: the gate has promoted no model yet, nothing to serve")
+            return None
+        if self.service is None:
+            self._start(champion)
+        self.echo("   waiting for /ready (model loaded, online features seeded from the raw store and Kafka)")
+        self.service.wait_ready()
+        reload = self._await_champion(night, champion)
+        self.echo(f"   {reload}")
+        self.echo(f"   {len(payments)} live payments of the next day (the simulator's truth shown, never sent):")
+        answers = self._post(payments)
+        decisions = Counter(a["decision"] for a in answers)
+        frauds = [a for p, a in zip(payments, answers, strict=True) if p.is_fraud]
+        return ServingFigures(len(answers), dict(decisions), len(frauds),
+                              sum(a["decision"] in STOPPING for a in frauds), answers[-1]["model_version"],
+                              reload, self.log)
+
+    def _start(self, champion: int) -> None:
+        self.service = ServiceProcess(self.env, self.kafka, self.log)
+        self.service.start()
+        self.started_on = champion
+        self.watch = VersionWatch(self.service.url)
+        self.watch.start()
+        self.echo(f"   fraudctl serve: pid {self.service.process.pid} on {self.service.url} "
+                  f"(Kafka {self.kafka.bootstrap_servers}), log {self.log}")
+
+    def _await_champion(self, night: NightReport, champion: int) -> str:
+        """Wait until the service serves ``champion``; the sentence describing the reload (or its absence)."""
+        deadline = time.monotonic() + self.poll_interval_s + RELOAD_GRACE_S
+        with httpx.Client(base_url=self.service.url, timeout=5.0) as http:
+            model = http.get("/health").json()["model"]
+            while model["version"] != champion and time.monotonic() < deadline:
+                self.service.check_alive()
+                time.sleep(WATCH_INTERVAL_S)
+                model = http.get("/health").json()["model"]
+        if model["version"] != champion:
+            raise ServiceFailed(f"the service still serves v{model['version']} {RELOAD_GRACE_S:.0f}s after the "
+                                f"alias poll should have loaded champion v{champion}: see {self.log}")
+        served = self._versions_served(champion)
+        if len(served) >= 2:
+            gate = NightLedger.for_date(date.fromisoformat(night.run_date)).record_path(GateOutcome)
+            return (f"hot reload: v{served[-2]} -> v{served[-1]} without a restart, live "
+                    f"{max(model['loaded_at'] - gate.stat().st_mtime, 0.0):.1f}s after the gate's decision "
+                    f"(alias polled every {self.poll_interval_s:g}s)")
+        if self.started_on != champion:
+            return f"serving v{champion}: the service came up after the alias moved (no reload to show)"
+        if self.started_on == night.gate.compared_with:
+            return f"serving champion v{champion}; no reload tonight: the gate kept it"
+        return f"serving champion v{champion} (the service started after the gate made it champion)"
+
+    def _versions_served(self, champion: int) -> list[int]:
+        """The versions the service served so far, in order, ending with ``champion`` (seen just now)."""
+        self.watch.stop()  # its last poll may predate the one that saw ``champion``
+        return self.watch.versions if self.watch.versions[-1:] == [champion] else [*self.watch.versions, champion]
+
+    def _post(self, payments: list[LivePayment]) -> list[dict[str, Any]]:
+        answers = []
+        with httpx.Client(base_url=self.service.url, timeout=30.0) as http:
+            for payment in payments:
+                response = http.post("/score", json=payment.event)
+                if response.status_code != 200:
+                    raise ServiceFailed(f"POST /score answered {response.status_code}: {response.text[:300]}")
+                answers.append(response.json())
+                self.echo(decision_line(payment, answers[-1]))
+        return answers
+
+    def _champion(self) -> int | None:
+        from pipeline.registry.aliases import current_champion
+        from pipeline.registry.store import connect, model_exists
+
+        client = connect(self.registry)
+        if not model_exists(client, self.registry.model_name):
+            return None
+        return current_champion(client, self.registry.model_name)
