@@ -7,16 +7,24 @@ kernel, same integer arithmetic, same label rule (a fraud report feeds its merch
 ``label_delay`` after ``reported_at``, first report only, if the payment happened at most
 ``label_match_days`` before the report).
 
+Many payments can be asked at once (:meth:`OnlineFeatureState.features_many`): one kernel call
+over their cards' and merchants' histories, the same numbers as one call per payment.
+
 Memory is bounded by expiry (:meth:`OnlineFeatureState.expire`): payments older than the longest
 window, fraud instants older than the longest merchant window, and the payment index that reports
-are matched against after ``label_match_days``.
+are matched against after ``label_match_days``. Expiry is incremental: every key is filed under the
+hours of the events it holds (:class:`_ExpiryIndex`), so a call visits only keys that hold
+something old, at most ``budget`` of them, and never walks the whole state.
 """
 
 from __future__ import annotations
 
 import bisect
 import functools
+import heapq
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 
 import numpy as np
 
@@ -60,15 +68,60 @@ class _CardHistory:
         self.merchant.insert(i, merchant)
         self.country.insert(i, country)
 
-    def drop_before(self, ts: int) -> None:
+    def drop_before(self, ts: int) -> int:
+        """Drop the events before ``ts``; returns how many."""
         i = bisect.bisect_left(self.ts, ts)
         del self.ts[:i], self.amount[:i], self.merchant[:i], self.country[:i]
+        return i
 
 
 @dataclass
 class _MerchantHistory:
     payments: list[int] = field(default_factory=list)
     fraud_known: list[int] = field(default_factory=list)
+
+
+_NO_CARD = _CardHistory()
+_NO_MERCHANT = _MerchantHistory()
+
+EXPIRY_BUCKET_US = 3600 * 1_000_000  # expiry files keys by the hour of their events
+
+
+class _ExpiryIndex:
+    """Keys filed by the hour of each event they hold: which keys may hold events older than a horizon.
+
+    A key is filed once per hour it has events in. :meth:`take_due` hands out keys of the hours that
+    end at or before the horizon, oldest hour first, so the caller visits only keys that hold
+    something to drop (an event in the hour of the horizon itself waits for that hour to pass).
+    """
+
+    def __init__(self) -> None:
+        self._buckets: dict[int, set[Hashable]] = {}
+        self._hours: list[int] = []  # heap of the bucket numbers in _buckets
+
+    def add(self, ts_us: int, key: Hashable) -> None:
+        hour = ts_us // EXPIRY_BUCKET_US
+        keys = self._buckets.get(hour)
+        if keys is None:
+            keys = self._buckets[hour] = set()
+            heapq.heappush(self._hours, hour)
+        keys.add(key)
+
+    def due(self, horizon_us: int) -> bool:
+        return bool(self._hours) and (self._hours[0] + 1) * EXPIRY_BUCKET_US <= horizon_us
+
+    def take_due(self, horizon_us: int, limit: int) -> list[Hashable]:
+        """Up to ``limit`` keys filed under hours that end at or before ``horizon_us`` (removed from the index)."""
+        out: list[Hashable] = []
+        while len(out) < limit and self.due(horizon_us):
+            hour = self._hours[0]
+            keys = self._buckets[hour]
+            while keys and len(out) < limit:
+                out.append(keys.pop())
+            if not keys:
+                heapq.heappop(self._hours)
+                del self._buckets[hour]
+        return out
 
 
 class _Interner(dict):
@@ -89,6 +142,11 @@ class OnlineFeatureState:
         self._first_fraud_report: dict[str, int] = {}  # transaction_id -> earliest fraud report (us)
         self._merchant_codes = _Interner()
         self._country_codes = _Interner()
+        self._card_events = 0
+        # What expiry visits: cards and merchants by the hours of their events, payments by their hour.
+        self._expiring_cards = _ExpiryIndex()
+        self._expiring_merchants = _ExpiryIndex()
+        self._expiring_payments = _ExpiryIndex()
 
     # -- what the stream feeds -------------------------------------------------------------------
     def observe_payment(self, p: Payment) -> None:
@@ -98,7 +156,11 @@ class OnlineFeatureState:
         self._payments[p.transaction_id] = (p.merchant_id, p.ts_us)
         card = self._cards.setdefault(p.card_id, _CardHistory())
         card.insert(p.ts_us, p.amount, self._merchant_codes.code(p.merchant_id), self._country_codes.code(p.country))
+        self._card_events += 1
         bisect.insort(self._merchants.setdefault(p.merchant_id, _MerchantHistory()).payments, p.ts_us)
+        self._expiring_payments.add(p.ts_us, p.transaction_id)
+        self._expiring_cards.add(p.ts_us, p.card_id)
+        self._expiring_merchants.add(p.ts_us, p.merchant_id)
         reported = self._first_fraud_report.get(p.transaction_id)
         if reported is not None:  # the report arrived before its payment
             self._add_fraud_instant(p.transaction_id, reported, None)
@@ -123,58 +185,90 @@ class OnlineFeatureState:
             history.fraud_known.remove(replaced_us + self.params.label_delay_us)
         if ts >= reported_us - match_us:
             bisect.insort(history.fraud_known, reported_us + self.params.label_delay_us)
+            self._expiring_merchants.add(reported_us + self.params.label_delay_us, merchant_id)
 
     # -- what scoring asks -----------------------------------------------------------------------
     def features(self, p: Payment) -> dict[str, float | int]:
         """Features of ``p`` as of its own time (earlier events only; ``p`` need not be observed)."""
-        card = self._cards.get(p.card_id, _CardHistory())
-        n = len(card.ts)
-        history = CardEvents(key=np.zeros(n, dtype=np.int64), ts_us=np.array(card.ts, dtype=np.int64),
-                             amount=np.array(card.amount, dtype=np.float64),
-                             merchant=np.array(card.merchant, dtype=np.int64),
-                             country=np.array(card.country, dtype=np.int64))
-        ts = np.array([p.ts_us], dtype=np.int64)
-        query = CardEvents(key=np.zeros(1, dtype=np.int64), ts_us=ts, amount=np.array([p.amount], dtype=np.float64),
-                           merchant=np.array([self._merchant_codes.get(p.merchant_id, -1)], dtype=np.int64),
-                           country=np.array([self._country_codes.get(p.country, -1)], dtype=np.int64))
-        merchant = self._merchants.get(p.merchant_id, _MerchantHistory())
-        out: dict[str, float | int] = {}
-        for name, values in (card_features(history, _unseen_as_new(query)) | time_features(ts)
-                             | merchant_features(_times(merchant.payments), _times(merchant.fraud_known),
-                                                 KeyedTimes(np.zeros(1, dtype=np.int64), ts))).items():
-            out[name] = float(values[0])
-        out["amount"] = float(p.amount)
-        raw = {"mcc": p.mcc, "channel": p.channel, "country": p.country}
-        out.update({name: _code(raw[source], fd.CATEGORICAL_FEATURES[name])
-                     for name, source in fd.CATEGORICAL_SOURCES.items()})
-        return {name: out[name] for name in fd.FEATURE_COLUMNS}
+        return self.features_many((p,))[0]
+
+    def features_many(self, payments: Sequence[Payment]) -> list[dict[str, float | int]]:
+        """Features of each payment as of its own time, in one kernel call over their cards' and
+        merchants' histories: each row equals :meth:`features` of that payment alone (the kernel
+        treats keys independently). Payments see each other only where they have been observed."""
+        if not payments:
+            return []
+        card_keys = _dense_codes(p.card_id for p in payments)
+        merchant_keys = _dense_codes(p.merchant_id for p in payments)
+        cards = [self._cards.get(card_id, _NO_CARD) for card_id in card_keys]
+        merchants = [self._merchants.get(merchant_id, _NO_MERCHANT) for merchant_id in merchant_keys]
+        history = CardEvents(key=_keys_of([len(c.ts) for c in cards]), ts_us=_int64(c.ts for c in cards),
+                             amount=np.array(list(chain.from_iterable(c.amount for c in cards)), dtype=np.float64),
+                             merchant=_int64(c.merchant for c in cards), country=_int64(c.country for c in cards))
+        ts = np.array([p.ts_us for p in payments], dtype=np.int64)
+        query = CardEvents(key=np.array([card_keys[p.card_id] for p in payments], dtype=np.int64), ts_us=ts,
+                           amount=np.array([p.amount for p in payments], dtype=np.float64),
+                           merchant=np.array([self._merchant_codes.get(p.merchant_id, -1) for p in payments],
+                                             dtype=np.int64),
+                           country=np.array([self._country_codes.get(p.country, -1) for p in payments],
+                                            dtype=np.int64))
+        merchant_history = KeyedTimes(_keys_of([len(m.payments) for m in merchants]),
+                                      _int64(m.payments for m in merchants))
+        fraud_known = KeyedTimes(_keys_of([len(m.fraud_known) for m in merchants]),
+                                 _int64(m.fraud_known for m in merchants))
+        merchant_query = KeyedTimes(np.array([merchant_keys[p.merchant_id] for p in payments], dtype=np.int64), ts)
+        columns = {name: np.asarray(values, dtype=np.float64).tolist() for name, values in
+                   (card_features(history, _unseen_as_new(query)) | time_features(ts)
+                    | merchant_features(merchant_history, fraud_known, merchant_query)).items()}
+        columns["amount"] = [float(p.amount) for p in payments]
+        for name, source in fd.CATEGORICAL_SOURCES.items():
+            columns[name] = [_code(getattr(p, source), fd.CATEGORICAL_FEATURES[name]) for p in payments]
+        rows = [dict(zip(fd.FEATURE_COLUMNS, values, strict=True))
+                for values in zip(*(columns[name] for name in fd.FEATURE_COLUMNS), strict=True)]
+        return rows
 
     # -- bounded memory --------------------------------------------------------------------------
-    def expire(self, now_us: int) -> None:
-        """Forget what no feature of a payment at or after ``now_us`` can read."""
+    def expire(self, now_us: int, budget: int | None = None) -> bool:
+        """Forget what no feature of a payment at or after ``now_us`` can read, visiting at most
+        ``budget`` keys (cards, merchants, payments; ``None``: no limit). Returns ``True`` when
+        nothing is left to expire for ``now_us``, ``False`` when the budget ran out first.
+
+        Only keys filed under hours that ended before a horizon are visited, so the work is in
+        proportion to what expires, not to the size of the state. Something in the horizon's own
+        hour may stay until that hour has passed; no window reads it either way."""
         card_horizon = now_us - fd.LOOKBACK_DAYS * US_PER_DAY
         merchant_horizon = now_us - max(fd.MERCHANT_WINDOWS_DAYS) * US_PER_DAY
-        for card_id in list(self._cards):
-            history = self._cards[card_id]
-            history.drop_before(card_horizon)
-            if not history.ts:
-                del self._cards[card_id]
-        for merchant_id in list(self._merchants):
-            history = self._merchants[merchant_id]
-            del history.payments[:bisect.bisect_left(history.payments, merchant_horizon)]
-            del history.fraud_known[:bisect.bisect_left(history.fraud_known, merchant_horizon)]
-            if not history.payments and not history.fraud_known:
-                del self._merchants[merchant_id]
         # A report made after now can still match payments back to label_match_days before it.
         match_horizon = now_us - self.params.label_match_days * US_PER_DAY
-        for transaction_id in [t for t, (_, ts) in self._payments.items() if ts < match_horizon]:
-            del self._payments[transaction_id]
-            self._first_fraud_report.pop(transaction_id, None)
+        left = float("inf") if budget is None else budget
+        for card_id in self._expiring_cards.take_due(card_horizon, left):
+            history = self._cards.get(card_id)
+            if history is not None:
+                self._card_events -= history.drop_before(card_horizon)
+                if not history.ts:
+                    del self._cards[card_id]
+            left -= 1
+        for merchant_id in self._expiring_merchants.take_due(merchant_horizon, left):
+            history = self._merchants.get(merchant_id)
+            if history is not None:
+                del history.payments[:bisect.bisect_left(history.payments, merchant_horizon)]
+                del history.fraud_known[:bisect.bisect_left(history.fraud_known, merchant_horizon)]
+                if not history.payments and not history.fraud_known:
+                    del self._merchants[merchant_id]
+            left -= 1
+        for transaction_id in self._expiring_payments.take_due(match_horizon, left):
+            held = self._payments.get(transaction_id)
+            if held is not None and held[1] < match_horizon:
+                del self._payments[transaction_id]
+                self._first_fraud_report.pop(transaction_id, None)
+            left -= 1
+        return not (self._expiring_cards.due(card_horizon) or self._expiring_merchants.due(merchant_horizon)
+                    or self._expiring_payments.due(match_horizon))
 
     def size(self) -> dict[str, int]:
-        """Entries held (for /metrics and the expiry test)."""
+        """Entries held (for /metrics and the expiry test); constant time."""
         return {"cards": len(self._cards), "merchants": len(self._merchants), "payments": len(self._payments),
-                "card_events": sum(len(h.ts) for h in self._cards.values())}
+                "card_events": self._card_events}
 
 
 @functools.lru_cache(maxsize=65_536)
@@ -183,8 +277,22 @@ def _code(value: str | None, buckets: int) -> int:
     return fd.categorical_code(value, buckets)
 
 
-def _times(values: list[int]) -> KeyedTimes:
-    return KeyedTimes(np.zeros(len(values), dtype=np.int64), np.array(values, dtype=np.int64))
+def _dense_codes(ids) -> dict[str, int]:
+    """Each distinct id -> 0, 1, 2, ... in order of first appearance (the kernel's dense key codes)."""
+    codes: dict[str, int] = {}
+    for i in ids:
+        codes.setdefault(i, len(codes))
+    return codes
+
+
+def _keys_of(lengths: list[int]) -> np.ndarray:
+    """Key code of every event of histories laid end to end (history ``k`` has ``lengths[k]`` events)."""
+    return np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+
+
+def _int64(lists) -> np.ndarray:
+    """Sorted per-key lists laid end to end, as one int64 array (sorted by key, then time)."""
+    return np.array(list(chain.from_iterable(lists)), dtype=np.int64)
 
 
 def _unseen_as_new(query: CardEvents) -> CardEvents:

@@ -1,9 +1,9 @@
 """The scoring service behind ``fraudctl serve``: the registry's champion, online features, rules.
 
-Request path: :mod:`.app` (HTTP, validation with the event contract) -> :mod:`.service` (one
-decision) -> :mod:`.features` (online features, the Spark job's kernel) -> :mod:`.scorer` (model,
-attribution) -> :mod:`.rules` + :mod:`.decision` (fusion policy) -> :mod:`.publisher` (the scores
-topic, :mod:`.score_event`). Background: :mod:`.reloader` (alias poll, hot swap; models from
+Request path: :mod:`.app` (HTTP, validation with the event contract) -> :mod:`.batcher` (concurrent
+requests scored together, in the scoring thread) -> :mod:`.service` (decisions) -> :mod:`.features`
+(online features, the Spark job's kernel) -> :mod:`.scorer` (model, attribution) -> :mod:`.rules` +
+:mod:`.decision` (fusion policy) -> :mod:`.publisher` (the scores topic, :mod:`.score_event`). Background: :mod:`.reloader` (alias poll, hot swap; models from
 :mod:`.model_source`), :mod:`.stream` (Kafka feed, seeded by :mod:`.seed`), rules refresh and feature
 expiry (:mod:`.periodic`). /metrics: :mod:`.telemetry` on :mod:`.metrics`. Failures: :mod:`.errors`.
 Wiring: :func:`.service.build_service`; running: :mod:`.server`. Offline check: :mod:`.consistency`.

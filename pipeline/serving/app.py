@@ -15,6 +15,12 @@ Bad input never reaches the model and never yields a 5xx: a body over the config
 (refused from Content-Length before it is read, or as soon as the stream passes the limit); a
 body the contract refuses is 400 (``malformed_json``) or 422 (every other reason), with the
 contract's reason, field and detail. 503 means no model is live yet.
+
+``POST /score`` is the hot path: :class:`ScoreRoute`, a plain ASGI app in front of FastAPI, answers
+it without FastAPI's routing, dependency and middleware layers (they cost more CPU than the
+scoring itself), and hands the event to :class:`.batcher.ScoreBatcher`, which scores concurrent
+requests together. FastAPI serves everything else and still documents /score (its route there
+gives the same answers through the same code). :class:`TimingMiddleware` wraps both.
 """
 
 from __future__ import annotations
@@ -30,9 +36,11 @@ from typing import Any
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from pipeline.contract import FIELDS_BY_KIND, Kind, Rejection, RejectReason, validate_event, validate_object
+from pipeline.serving.batcher import ScoreBatcher
 from pipeline.serving.config import AdminConfig, ServerConfig
 from pipeline.serving.errors import NotReady, ServingError
 from pipeline.serving.metrics import render
@@ -62,22 +70,37 @@ def refusal(rejection: Rejection, index: int | None = None) -> RequestRefused:
     return RequestRefused(status, rejection.reason.value, rejection.detail, rejection.field, index)
 
 
+def dumps(body: Any) -> bytes:
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
 def json_response(body: Any, status: int = 200) -> Response:
-    return Response(json.dumps(body, separators=(",", ":")), status_code=status, media_type=JSON)
+    return Response(dumps(body), status_code=status, media_type=JSON)
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request body, refused with 413 as soon as it is known to exceed ``limit`` bytes."""
-    declared = request.headers.get("content-length")
+def not_ready_body(exc: NotReady) -> dict[str, Any]:
+    return {"error": "not_ready", "field": None, "detail": str(exc)}
+
+
+async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
+    """The request body, refused with 413 as soon as it is known to exceed ``limit`` bytes;
+    ClientDisconnect when the client leaves first."""
+    declared = next((value for name, value in scope["headers"] if name == b"content-length"), None)
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise RequestRefused(413, "body_too_large", f"body of {declared} bytes is over the {limit}-byte limit")
+        raise RequestRefused(413, "body_too_large",
+                             f"body of {declared.decode()} bytes is over the {limit}-byte limit")
     chunks, size = [], 0
-    async for chunk in request.stream():
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
             raise RequestRefused(413, "body_too_large", f"body is over the {limit}-byte limit")
         chunks.append(chunk)
-    return b"".join(chunks)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
 
 
 def decode_batch(raw: bytes, max_items: int) -> list[dict[str, Any]]:
@@ -103,6 +126,47 @@ def decode_batch(raw: bytes, max_items: int) -> list[dict[str, Any]]:
         if rejection is not None:
             raise refusal(rejection, i)
     return items
+
+
+class ScoreRoute:
+    """``POST /score`` as a plain ASGI app; every other request goes on to ``app`` (FastAPI).
+
+    Same contract as the rest of the API: read with the body limit, validate with the event
+    contract, score through ``batcher``; 4xx/503 bodies name the reason. An unexpected error is
+    logged and answered 500, like FastAPI would."""
+
+    def __init__(self, app: ASGIApp, batcher: ScoreBatcher, max_body_bytes: int) -> None:
+        self.app = app
+        self.batcher = batcher
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] != "/score" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        try:
+            status, body = await self.answer(scope, receive)
+        except ClientDisconnect:
+            return
+        except Exception:
+            log.exception("POST /score failed")
+            status, body = 500, dumps({"error": "internal_error", "field": None, "detail": "see the service log"})
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", JSON.encode()), (b"content-length", b"%d" % len(body))]})
+        await send({"type": "http.response.body", "body": body})
+
+    async def answer(self, scope: Scope, receive: Receive) -> tuple[int, bytes]:
+        """Status and JSON body of the answer to one POST /score."""
+        try:
+            event, rejection = validate_event(await read_body(scope, receive, self.max_body_bytes), Kind.TRANSACTION)
+            if rejection is not None:
+                raise refusal(rejection)
+            result = await self.batcher.score(event)
+        except RequestRefused as exc:
+            return exc.status, dumps(exc.body)
+        except NotReady as exc:
+            return 503, dumps(not_ready_body(exc))
+        return 200, dumps(result.to_dict())
 
 
 class TimingMiddleware:
@@ -145,8 +209,10 @@ ERRORS = {400: {"description": "malformed_json"}, 413: {"description": "body (or
           503: {"description": "no model is live yet"}}
 
 
-def create_app(service: ScoringService, server: ServerConfig, admin: AdminConfig) -> FastAPI:
-    """The ASGI app; its lifespan starts and stops ``service``."""
+def create_app(service: ScoringService, server: ServerConfig, admin: AdminConfig) -> ASGIApp:
+    """The ASGI app (timing, then the /score route, then FastAPI); its lifespan starts and stops
+    ``service`` and the scoring thread."""
+    batcher = ScoreBatcher(service.score_batch)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -154,12 +220,13 @@ def create_app(service: ScoringService, server: ServerConfig, admin: AdminConfig
         try:
             yield
         finally:
+            await run_in_threadpool(batcher.close)
             await run_in_threadpool(service.stop)
 
     http = HttpMetrics()
     app = FastAPI(title="Fraud scoring service", lifespan=lifespan,
                   description="Scores card payments (event contract v1) with the registry's champion model.")
-    app.add_middleware(TimingMiddleware, metrics=http)
+    score_route = ScoreRoute(app, batcher, server.max_body_bytes)
 
     @app.exception_handler(RequestRefused)
     async def refused(_: Request, exc: RequestRefused) -> Response:
@@ -173,7 +240,7 @@ def create_app(service: ScoringService, server: ServerConfig, admin: AdminConfig
 
     @app.exception_handler(NotReady)
     async def not_ready(_: Request, exc: NotReady) -> Response:
-        return json_response({"error": "not_ready", "field": None, "detail": str(exc)}, 503)
+        return json_response(not_ready_body(exc), 503)
 
     def require_admin(request: Request) -> None:
         if not admin.token:
@@ -186,17 +253,16 @@ def create_app(service: ScoringService, server: ServerConfig, admin: AdminConfig
         "required": True, "content": {JSON: {"schema": transaction_schema()}}}})
     async def score(request: Request) -> Response:
         """Score one transaction: score, decision (allow/review/block), model_version, reasons."""
-        event, rejection = validate_event(await read_body(request, server.max_body_bytes), Kind.TRANSACTION)
-        if rejection is not None:
-            raise refusal(rejection)
-        return json_response(service.score(event).to_dict())
+        status, body = await score_route.answer(request.scope, request.receive)  # served by ScoreRoute first
+        return Response(body, status_code=status, media_type=JSON)
 
     @app.post("/score/batch", responses=ERRORS, openapi_extra={"requestBody": {"required": True, "content": {JSON: {
         "schema": {"type": "object", "required": [BATCH_FIELD],
                    "properties": {BATCH_FIELD: {"type": "array", "items": transaction_schema()}}}}}}})
     async def score_batch(request: Request) -> Response:
         """Score many transactions with one model version; the first invalid one refuses the batch."""
-        events = decode_batch(await read_body(request, server.max_batch_bytes), server.max_batch_items)
+        events = decode_batch(await read_body(request.scope, request.receive, server.max_batch_bytes),
+                              server.max_batch_items)
         # Off the event loop: a large batch must not stall single requests behind it.
         results = await run_in_threadpool(service.score_batch, events)
         return json_response({"results": [r.to_dict() for r in results]})
@@ -213,7 +279,7 @@ def create_app(service: ScoringService, server: ServerConfig, admin: AdminConfig
 
     @app.get("/metrics")
     async def metrics() -> Response:
-        return Response(render(service_families(service, http)), media_type=PROMETHEUS)
+        return Response(render(service_families(service, http) + batcher.families()), media_type=PROMETHEUS)
 
     @app.post("/admin/reload", responses={401: {}, 403: {}})
     def admin_reload(request: Request) -> Response:
@@ -240,4 +306,4 @@ def create_app(service: ScoringService, server: ServerConfig, admin: AdminConfig
         ok = service.parts.rules.refresh()
         return json_response({"refreshed": ok, "rules": vars(service.parts.rules.status())}, 200 if ok else 409)
 
-    return app
+    return TimingMiddleware(score_route, http)

@@ -43,7 +43,7 @@ class ModelConfig:
     shadow: bool = False  # also score the challenger (logged and published, never decides)
     warmup_rows: int = 64  # rows scored by a freshly loaded model before it takes traffic
     explain_top_k: int = 3  # features reported per decision (0: no attribution, one forward per request)
-    torch_threads: int = 1  # one-row forwards: extra intra-op threads only add hand-off latency
+    torch_threads: int = 1  # the scoring thread's forwards run beside the event loop, which needs a core
 
 
 @dataclass(frozen=True)

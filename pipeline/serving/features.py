@@ -8,13 +8,20 @@ copy that arrives later is a no-op (the state ignores a transaction id it alread
 
 Features are as of the payment's own event time with the training label delay (the state's
 :class:`FeatureParams` come from ``ingest.toml``'s ``[features]``, the slice the Spark job uses).
+Scored payments are remembered first, then their features computed together: a payment's windows
+end strictly before its own instant, so each one sees exactly the batch's earlier payments, as if
+the batch had been scored one by one in event-time order.
+
 Expiry runs against the latest event time seen, less a margin, so that payments arriving that late
-still find every earlier payment their windows read.
+still find every earlier payment their windows read. It takes the lock for slices of at most
+``EXPIRE_SLICE`` keys, so a request never waits for more than one slice.
 """
 
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -24,6 +31,8 @@ from pipeline.features.transforms import FeatureParams
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 US = timedelta(microseconds=1)
+EXPIRE_SLICE = 1000  # keys (cards, merchants, payments) expired per hold of the lock: about a millisecond
+EXPIRE_PAUSE_S = 0.001  # between slices: requests waiting for the lock get it
 
 
 def micros(rfc3339: str) -> int:
@@ -68,11 +77,17 @@ class FeatureStore:
         self.expiries = 0
 
     def score_features(self, payment: Payment) -> dict[str, float | int]:
-        """Features of ``payment`` as of its time, then remember it (one critical section)."""
+        """Remember ``payment`` and return its features as of its time (one critical section)."""
+        return self.score_features_many((payment,))[0]
+
+    def score_features_many(self, payments: Sequence[Payment]) -> list[dict[str, float | int]]:
+        """Remember ``payments``, then return the features of each as of its own time (one critical
+        section, one kernel call). Each sees the state's and the batch's strictly earlier payments,
+        never itself: the same rows as scoring them one by one in event-time order."""
         with self._lock:
-            features = self._state.features(payment)
-            self._observe(payment)
-        return features
+            for payment in payments:
+                self._observe(payment)
+            return self._state.features_many(payments)
 
     def features(self, payment: Payment) -> dict[str, float | int]:
         """Features of ``payment`` as of its time, without remembering it."""
@@ -95,12 +110,16 @@ class FeatureStore:
             self.labels_seen += 1
 
     def expire(self) -> None:
-        """Drop what no payment later than ``latest seen - margin`` can read."""
-        with self._lock:
-            if self._latest_us is None:
-                return
-            self._state.expire(self._latest_us - self._margin_us)
-            self.expiries += 1
+        """Drop what no payment later than ``latest seen - margin`` can read, a slice at a time."""
+        while True:
+            with self._lock:
+                if self._latest_us is None:
+                    return
+                done = self._state.expire(self._latest_us - self._margin_us, EXPIRE_SLICE)
+            if done:
+                break
+            time.sleep(EXPIRE_PAUSE_S)
+        self.expiries += 1
 
     def status(self) -> dict[str, Any]:
         with self._lock:

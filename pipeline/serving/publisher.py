@@ -1,12 +1,13 @@
 """Every decision to the scores topic, off the request path; the shadow model scores here too.
 
-A request only puts its :class:`ScoreEvent` on a bounded queue (never blocks: when the queue is
+A request only appends its :class:`ScoreEvent` to a bounded queue (never blocks: when the queue is
 full the event is dropped and counted, so a slow or absent broker cannot slow scoring down). One
-background thread drains the queue in batches: when a challenger is loaded in shadow mode it
-scores the batch's features in one forward (its opinion is added to the event, and counted when
-it would have decided differently; it never decides), then hands the events to a producer with the
-project's settings (:func:`pipeline.kafka.producer.producer_settings`: ``acks=all``, idempotent,
-batched). Delivery failures are counted with their last error.
+background thread drains the queue in batches every few milliseconds; it is not woken per decision
+(a wake-up per request would hand the GIL back and forth on every request). When a challenger is
+loaded in shadow mode it scores the batch's features in one forward (its opinion is added to the
+event, and counted when it would have decided differently; it never decides), then hands the
+events to a producer with the project's settings (:func:`pipeline.kafka.producer.producer_settings`:
+``acks=all``, idempotent, batched). Delivery failures are counted with their last error.
 
 The producer is confluent-kafka's (librdkafka batches and sends in C): it shares the process, and
 so the CPU, with scoring, and kafka-python's pure-Python producer cost 72 us of CPU per decision
@@ -18,8 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import queue
 import threading
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -37,10 +38,10 @@ from pipeline.serving.scorer import Scorer
 log = logging.getLogger(__name__)
 
 BATCH = 256  # events taken off the queue at once (one shadow forward, one producer wake-up)
+DRAIN_INTERVAL_S = 0.005  # an empty queue is looked at again after this: decisions wait at most ~5 ms
 RETRY_S = 2.0  # between attempts to create the producer
 DELIVERY_TIMEOUT_S = 30.0  # a decision not acknowledged by then counts as failed
 FLUSH_ON_STOP_S = 5.0  # a stopping service waits this long for the last acknowledgements
-IDLE_POLL_S = 0.2  # an idle publisher notices stop() and serves delivery reports this often
 
 
 class ScorePublisher:
@@ -52,7 +53,7 @@ class ScorePublisher:
         self.kafka = kafka if config.publish else None
         self.decision = decision
         self._shadow = shadow
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=config.queue_size)
+        self._queue: deque[tuple[ScoreEvent, tuple[RuleHit, ...]]] = deque()  # appends/pops are atomic
         self._thread = threading.Thread(target=self._run, name="score-publisher", daemon=True)
         self._stopping = threading.Event()
         self._lock = threading.Lock()  # counters are bumped by requests and by this thread
@@ -75,11 +76,11 @@ class ScorePublisher:
             self._thread.join(timeout_s)
 
     def submit(self, event: ScoreEvent, hits: tuple[RuleHit, ...]) -> None:
-        try:
-            self._queue.put_nowait((event, hits))
-            self._count("queued")
-        except queue.Full:
+        if len(self._queue) >= self.config.queue_size:
             self._count("dropped")
+            return
+        self._queue.append((event, hits))
+        self._count("queued")
 
     def _count(self, key: str, n: int = 1) -> None:
         with self._lock:
@@ -110,16 +111,14 @@ class ScorePublisher:
                 self._count("failed", undelivered)
 
     def _take_batch(self) -> list[tuple[ScoreEvent, tuple[RuleHit, ...]]] | None:
-        """Up to BATCH queued events (none after IDLE_POLL_S idle); ``None`` once stopping and drained."""
-        try:
-            batch = [self._queue.get(timeout=IDLE_POLL_S)]
-        except queue.Empty:
-            return None if self._stopping.is_set() else []
-        while len(batch) < BATCH:
-            try:
-                batch.append(self._queue.get_nowait())
-            except queue.Empty:
-                break
+        """Up to BATCH queued events (none after DRAIN_INTERVAL_S idle); ``None`` once stopping and drained."""
+        if not self._queue:
+            if self._stopping.is_set():
+                return None
+            self._stopping.wait(DRAIN_INTERVAL_S)
+        batch = []
+        while self._queue and len(batch) < BATCH:
+            batch.append(self._queue.popleft())
         return batch
 
     def _connect(self) -> Producer | None:
@@ -173,5 +172,5 @@ class ScorePublisher:
     def status(self) -> dict[str, Any]:
         with self._lock:
             counts = dict(self.counts)
-        return {**counts, "pending": self._queue.qsize(), "topic": self.config.topic if self.kafka else None,
+        return {**counts, "pending": len(self._queue), "topic": self.config.topic if self.kafka else None,
                 "last_error": self.last_error}

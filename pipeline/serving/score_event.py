@@ -8,7 +8,7 @@ shortest round-trip repr, so reading them back gives the exact float64 the model
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 SCORE_EVENT_VERSION = 1
@@ -40,7 +40,10 @@ class ScoreEvent:
     schema_version: int = field(default=SCORE_EVENT_VERSION)
 
     def to_json(self) -> bytes:
-        return json.dumps(asdict(self), separators=(",", ":"), allow_nan=False).encode("utf-8")
+        # Not dataclasses.asdict(self): it deep-copies the features of every decision first.
+        body = {name: getattr(self, name) for name in _FIELDS}
+        body["shadow"] = None if self.shadow is None else asdict(self.shadow)
+        return json.dumps(body, separators=(",", ":"), allow_nan=False).encode("utf-8")
 
     @staticmethod
     def from_json(data: bytes | str) -> ScoreEvent:
@@ -48,3 +51,6 @@ class ScoreEvent:
         shadow = d.pop("shadow", None)
         return ScoreEvent(**{**d, "rules": tuple(d["rules"]), "thresholds": tuple(d["thresholds"]),
                              "shadow": ShadowScore(**shadow) if shadow else None})
+
+
+_FIELDS = tuple(f.name for f in fields(ScoreEvent))

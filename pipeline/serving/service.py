@@ -1,10 +1,11 @@
 """The scoring service without HTTP: one payment in, a decision with its reasons out.
 
-:meth:`ScoringService.score` reads, in order: the live model (one reference, kept for the whole
-request: a hot swap mid-request changes nothing for it), the payment's features as of its own
-time (then the payment joins the history), the model's score and strongest features, the rule
-hits, and the fusion policy's decision; the decision goes to the score publisher's queue. Input
-is an already validated contract event (the HTTP layer validates; so does the Kafka feed).
+:meth:`ScoringService.score_batch` reads, in order: the live model (one reference, kept for the
+whole batch: a hot swap mid-batch changes nothing for it), the payments' features as of their own
+times (the payments join the history; each sees the batch's earlier ones), the model's scores and
+strongest features (one forward for the batch), the rule hits, and the fusion policy's decisions;
+the decisions go to the score publisher's queue. :meth:`score` is a batch of one. Input is
+already validated contract events (the HTTP layer validates; so does the Kafka feed).
 
 :meth:`start` loads the champion before returning (so a service that starts with a champion is
 ready at once), then runs the background parts: the alias poll, the rules refresh, feature
@@ -23,6 +24,7 @@ from typing import Any
 import torch
 
 from pipeline.contract import format_rfc3339
+from pipeline.features.online import Payment
 from pipeline.features.transforms import FeatureParams
 from pipeline.kafka.settings import KafkaConfig
 from pipeline.registry.config import RegistryConfig
@@ -36,9 +38,9 @@ from pipeline.serving.model_source import RegistryModelSource
 from pipeline.serving.periodic import Periodic
 from pipeline.serving.publisher import ScorePublisher
 from pipeline.serving.reloader import ModelReloader
-from pipeline.serving.rules import RuleBook
+from pipeline.serving.rules import RuleBook, RuleSet
 from pipeline.serving.score_event import ScoreEvent
-from pipeline.serving.scorer import Attribution, Scorer
+from pipeline.serving.scorer import Attribution, Scored, Scorer
 from pipeline.serving.stream import EventFeed
 
 
@@ -135,34 +137,36 @@ class ScoringService:
 
     def score(self, event: dict[str, Any]) -> ScoreResult:
         """Decide one valid transaction event; raises NotReady when no model is live."""
-        return self._score(self.live_model(), event)
+        return self.score_batch((event,))[0]
 
     def score_batch(self, events: Sequence[dict[str, Any]]) -> list[ScoreResult]:
-        """Decide many events with one model version, in event-time order (so a card's earlier payment
-        in the batch is history for its later one); results come back in the request's order."""
+        """Decide many events with one model version, one feature-store pass and one forward; results
+        in the request's order. Each payment's features see the batch's payments of earlier event
+        times (a card's earlier payment in the batch is history for its later one), as if they had
+        been scored one by one in event-time order. Raises NotReady when no model is live."""
         scorer = self.live_model()
         payments = [payment_from_event(e) for e in events]
-        results: list[ScoreResult | None] = [None] * len(events)
-        for i in sorted(range(len(events)), key=lambda i: payments[i].ts_us):
-            results[i] = self._score(scorer, events[i])
-        return results  # type: ignore[return-value]
+        rows = self.parts.features.score_features_many(payments)
+        rules = self.parts.rules.rules  # one rule set for the batch, like one model
+        scored_at = format_rfc3339(datetime.now(UTC))
+        return [self._decide(scorer, rules, event, payment, features, scored, scored_at)
+                for event, payment, features, scored in zip(events, payments, rows, scorer.score_many(rows),
+                                                            strict=True)]
 
-    def _score(self, scorer: Scorer, event: dict[str, Any]) -> ScoreResult:
-        payment = payment_from_event(event)
-        features = self.parts.features.score_features(payment)
-        scored = scorer.score(features)
-        hits = self.parts.rules.rules.match(payment.card_id, payment.merchant_id, event.get("device_id"))
+    def _decide(self, scorer: Scorer, rules: RuleSet, event: dict[str, Any], payment: Payment,
+                features: dict[str, float | int], scored: Scored, scored_at: str) -> ScoreResult:
+        hits = rules.match(payment.card_id, payment.merchant_id, event.get("device_id"))
         verdict = decide(scored.score, hits, self.config.decision)
         self.decisions.inc((("decision", verdict.decision.value), ("decided_by", verdict.decided_by)))
-        rules = tuple(str(h) for h in hits)
+        hit_names = tuple(str(h) for h in hits)
         if self.parts.publisher is not None:
             self.parts.publisher.submit(ScoreEvent(
                 transaction_id=payment.transaction_id, card_id=payment.card_id, event_time=event["event_time"],
                 model_version=scorer.version, score=scored.score, decision=verdict.decision.value,
-                decided_by=verdict.decided_by, rules=rules, thresholds=verdict.thresholds, features=features,
-                scored_at=format_rfc3339(datetime.now(UTC))), hits)
+                decided_by=verdict.decided_by, rules=hit_names, thresholds=verdict.thresholds, features=features,
+                scored_at=scored_at), hits)
         return ScoreResult(payment.transaction_id, scored.score, verdict.decision, scorer.version,
-                           Reasons(verdict.decided_by, rules, verdict.thresholds, scored.top_features))
+                           Reasons(verdict.decided_by, hit_names, verdict.thresholds, scored.top_features))
 
     # -- state ---------------------------------------------------------------------------------------
     def readiness(self) -> list[str]:

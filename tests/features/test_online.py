@@ -10,7 +10,7 @@ import pytest
 from pipeline.features import definitions as fd
 from pipeline.features.online import OnlineFeatureState, Payment
 from pipeline.features.transforms import FeatureParams, build_features
-from tests.features.test_transforms import DAY_DELAY, LABEL_SCHEMA, T0, TX_SCHEMA, D, _random_stream, tx
+from tests.features.test_transforms import DAY_DELAY, LABEL_SCHEMA, T0, TX_SCHEMA, D, H, _random_stream, tx
 
 US = 1_000_000
 
@@ -77,3 +77,67 @@ def test_expiry_bounds_memory_and_keeps_what_windows_read():
     assert state.features(query) == before  # nothing a window reads was dropped
     size = state.size()
     assert size["card_events"] == 30 and size["cards"] == 5  # only the last 30 days of payments
+
+
+def _observed_state(seed: int, n: int = 400) -> tuple[OnlineFeatureState, list]:
+    rng = random.Random(seed)
+    stream = _random_stream(rng, n, T0, 40 * D, "h")
+    state = OnlineFeatureState(DAY_DELAY)
+    for row in stream:
+        state.observe_payment(_payment(row))
+    for row in stream[::5]:
+        state.observe_label(row[0], True, _micros(row[3] + timedelta(hours=rng.randint(0, 48))))
+    return state, stream
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_features_of_many_payments_equal_one_at_a_time(seed):
+    state, stream = _observed_state(seed)
+    rng = random.Random(seed)
+    batch = [_payment(row) for row in _random_stream(rng, 30, T0 + 20 * D, 25 * D, "q")]
+    batch += [_payment(tx("same-instant", "card-1", "m-1", T0 + 30 * D, 5.0)),
+              _payment(tx("same-instant-2", "card-1", "m-2", T0 + 30 * D, 6.0)),
+              _payment(tx("unseen", "card-new", "m-new", T0 + 31 * D, 7.0, country="JP")),
+              _payment(stream[10]), _payment(stream[10])]  # a held payment, twice
+    one_by_one = [state.features(p) for p in batch]
+    together = state.features_many(batch)
+    assert together == one_by_one
+    assert all(list(row) == list(fd.FEATURE_COLUMNS) for row in together)
+    assert [type(v) for v in together[0].values()] == [type(v) for v in one_by_one[0].values()]
+
+
+def test_expiry_is_incremental_bounded_and_ends_where_a_full_pass_does():
+    def filled() -> OnlineFeatureState:
+        state = OnlineFeatureState(DAY_DELAY)
+        for i in range(300):  # a payment every 4 hours over 50 days, each on its own card; 7 merchants
+            state.observe_payment(_payment(tx(f"p{i}", f"c{i}", f"m{i % 7}", T0 + i * 4 * H, 1.0 + i)))
+        state.observe_payment(_payment(tx("p-c1", "c1", "m1", T0 + 59 * D, 2.0)))
+        return state
+
+    now = _micros(T0 + 60 * D)
+    query = _payment(tx("q", "c1", "m1", T0 + 60 * D, 1.0))
+    full, sliced = filled(), filled()
+    before = full.features(query)
+    assert full.expire(now) is True
+    sizes = [sliced.size()]
+    while not sliced.expire(now, budget=10):
+        sizes.append(sliced.size())
+    sizes.append(sliced.size())
+    # Every call visited at most 10 keys, so at most 10 of the 180 cards older than 30 days went per call.
+    assert all(0 <= a["cards"] - b["cards"] <= 10 for a, b in zip(sizes, sizes[1:], strict=False))
+    assert len(sizes) >= 180 // 10
+    assert sliced.size() == full.size()
+    assert full.size()["cards"] == full.size()["card_events"] == 300 - 180 + 1
+    assert sliced.features(query) == full.features(query) == before
+    assert sliced.expire(now, budget=10) is True  # nothing left: a further call visits nothing
+
+
+def test_expiry_never_visits_keys_with_nothing_old():
+    state = OnlineFeatureState(DAY_DELAY)
+    for i in range(50):
+        state.observe_payment(_payment(tx(f"old{i}", f"old{i}", "m-old", T0, 1.0)))
+    for i in range(1000):
+        state.observe_payment(_payment(tx(f"new{i}", f"new{i}", "m-new", T0 + 40 * D, 1.0)))
+    # 50 old cards, one old merchant, 50 old payments (label_match_days 90: payments stay indexed).
+    assert state.expire(_micros(T0 + 40 * D), budget=51) is True
+    assert state.size()["cards"] == 1000 and state.size()["merchants"] == 1

@@ -46,3 +46,38 @@ def test_warmup_rows_are_full_feature_rows():
     rows = warmup_rows(factory.PARAMS, 10)
     assert len(rows) == 10 and all(list(r) == list(fd.FEATURE_COLUMNS) for r in rows)
     assert max(r[fd.card_count(1)] for r in rows) > 0  # histories, not ten first payments
+
+
+def test_a_batch_sees_its_own_earlier_payments_as_one_by_one_in_time_order():
+    times = ["2026-03-01T10:30:00Z", "2026-03-01T10:00:00Z", "2026-03-01T10:30:00Z", "2026-03-01T11:00:00Z",
+             "2026-03-01T09:00:00Z"]
+    batch = [payment(f"t{i}", f"c{i % 2}", at, amount=10 + i, merchant_id=f"m-{i % 3}") for i, at in enumerate(times)]
+    batch.append(batch[1])  # the same payment twice (a retried request)
+    history = [payment(f"h{i}", f"c{i % 3}", f"2026-02-{10 + i:02d}T08:00:00Z", merchant_id="m-1") for i in range(10)]
+    one_by_one, together = FeatureStore(factory.PARAMS, 24), FeatureStore(factory.PARAMS, 24)
+    for store in (one_by_one, together):
+        for p in history:
+            store.observe_payment(p)
+    expected = {p.transaction_id: one_by_one.score_features(p) for p in sorted(batch[:-1], key=lambda p: p.ts_us)}
+    rows = together.score_features_many(batch)
+    assert rows == [expected[p.transaction_id] for p in batch]
+    # t3 (c1, 11:00) sees t1 (c1, 10:00) of the same batch; t0 (c0, 10:30) sees t4 (09:00), not t2 (10:30).
+    assert (rows[3][fd.CARD_TX_COUNT_1H], rows[0][fd.card_count(1)], rows[0][fd.CARD_TX_COUNT_1H]) == (1, 1, 0)
+    held = ("cards", "merchants", "payments", "card_events", "latest_event_time")
+    assert {k: together.status()[k] for k in held} == {k: one_by_one.status()[k] for k in held}
+
+
+def test_expiry_takes_the_lock_in_slices(monkeypatch):
+    import pipeline.serving.features as features_module
+    monkeypatch.setattr(features_module, "EXPIRE_SLICE", 3)
+    monkeypatch.setattr(features_module, "EXPIRE_PAUSE_S", 0.0)
+    store = FeatureStore(factory.PARAMS, expiry_margin_hours=0)
+    calls = []
+    expire = store._state.expire
+    monkeypatch.setattr(store._state, "expire", lambda now, budget=None: calls.append(budget) or expire(now, budget))
+    for i in range(20):
+        store.observe_payment(payment(f"old{i}", f"c{i}", "2026-01-01T00:00:00Z"))
+    store.observe_payment(payment("new", "c-new", "2026-03-01T00:00:00Z"))
+    store.expire()
+    assert store.status()["cards"] == 1 and store.expiries == 1
+    assert set(calls) == {3} and len(calls) >= 20 // 3

@@ -55,3 +55,19 @@ def test_warm_up_refuses_scores_that_are_not_probabilities(models):
     with pytest.raises(ModelRejected, match=r"outside \[0, 1\]"):
         Scorer(broken, 3, 3).warm_up(warmup_rows(factory.PARAMS, 4))
     Scorer(copy.deepcopy(models.good), 3, 3).warm_up(warmup_rows(factory.PARAMS, 4))
+
+
+def test_scoring_together_equals_scoring_one_by_one(models, monkeypatch):
+    import pipeline.serving.scorer as scorer_module
+    monkeypatch.setattr(scorer_module, "FORWARD_CHUNK", 7)  # 20 rows: three forwards
+    scorer = Scorer(models.good, 7, explain_top_k=3)
+    rows = warmup_rows(factory.PARAMS, 20)
+    alone = [scorer.score(row) for row in rows]
+    together = scorer.score_many(rows)
+    assert [s.score for s in together] == pytest.approx([s.score for s in alone], rel=1e-6, abs=1e-8)
+    for a, b in zip(alone, together, strict=True):
+        assert [t.feature for t in b.top_features] == [t.feature for t in a.top_features]
+        assert [t.value for t in b.top_features] == [t.value for t in a.top_features]
+        assert [t.contribution for t in b.top_features] == pytest.approx([t.contribution for t in a.top_features],
+                                                                          rel=1e-4, abs=1e-7)
+    assert scorer.score_many([]) == []
