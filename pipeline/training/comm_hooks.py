@@ -4,7 +4,11 @@ feedback). Each hook counts the bytes it hands to collectives, so ratios are mea
 Byte accounting (per rank and optimizer step): ``bytes_sent`` is the size of the tensors this rank
 passes to the collective (all-reduce input, or its own all-gather contribution); ``bytes_dense`` is
 what an fp32 all-reduce of the same buckets would pass. Under ``no_sync`` DDP calls no hook, so only
-the synchronising micro-step counts.
+the synchronising micro-step counts. Every parameter is compressed and counted, however small: at
+least one (value, index) pair each, so the ratio at low density is bounded by the number of tensors.
+
+With ``local_clipping`` the top-k hook clips each rank's bucket before error feedback accumulates it,
+and :attr:`CommState.clipped_locally` tells the trainer not to clip the averaged gradient again.
 """
 
 # No ``from __future__ import annotations`` here: DDP checks the hooks' annotations at runtime
@@ -16,7 +20,7 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
-from pipeline.training.compression import TopKCompressor, densify, k_for
+from pipeline.training.compression import TopKCompressor, clip_norm_, densify, k_for, local_clip_threshold
 from pipeline.training.config import CompressionConfig
 
 
@@ -32,6 +36,8 @@ class CommState:
     world_size: int
     names: dict[int, str]  # id(parameter) -> qualified name
     compressor: TopKCompressor | None = None
+    local_clip: float = 0.0  # bound on the averaged gradient's norm, enforced per rank on sparse steps; 0 = off
+    model_numel: int = 0  # entries of all parameters (a bucket's share of local_clip follows from it)
     density: float = 1.0  # of the current step, set by begin_step
     dense: bool = True  # the current step all-reduces densely (warm-up)
     step_bytes_sent: int = 0
@@ -41,6 +47,11 @@ class CommState:
     def begin_step(self, density: float, dense: bool) -> None:
         self.density, self.dense = density, dense
         self.step_bytes_sent = self.step_bytes_dense = 0
+
+    @property
+    def clipped_locally(self) -> bool:
+        """This step's gradient was clipped per rank before compression: do not clip the average."""
+        return self.local_clip > 0 and not self.dense
 
     def count(self, sent: int, dense: int) -> None:
         self.step_bytes_sent += sent
@@ -100,6 +111,8 @@ def topk_hook(state: CommState, bucket: dist.GradBucket) -> torch.futures.Future
         for p, g, _ in _param_views(bucket):
             compressor.fold_residual(state.names[id(p)], g)
         return allreduce_hook(state, bucket)
+    if state.clipped_locally:
+        clip_norm_(buffer, local_clip_threshold(state.local_clip, state.world_size, buffer.numel() / state.model_numel))
     values, indices = [], []
     for p, g, offset in _param_views(bucket):
         v, i = compressor.compress(state.names[id(p)], g, k_for(g.numel(), state.density))
@@ -124,8 +137,13 @@ def topk_hook(state: CommState, bucket: dist.GradBucket) -> torch.futures.Future
 HOOKS = {"allreduce": allreduce_hook, "fp16": fp16_hook, "bf16": bf16_hook, "topk_ef": topk_hook, "topk": topk_hook}
 
 
-def register_compression(model: DistributedDataParallel, config: CompressionConfig, backend: str) -> CommState:
-    """Install the hook of ``config.method`` on ``model``; returns its state (bytes, compressor)."""
+def register_compression(model: DistributedDataParallel, config: CompressionConfig, backend: str,
+                         grad_clip: float = 0.0) -> CommState:
+    """Install the hook of ``config.method`` on ``model``; returns its state (bytes, compressor).
+
+    ``grad_clip`` is the optimizer's bound on the averaged gradient's norm (0 = none); with
+    ``config.local_clipping`` it becomes each rank's bound on sparse steps (:func:`local_clip_threshold`).
+    """
     if config.method == "bf16" and backend != "nccl":
         raise CompressionUnsupported(
             f"bf16 gradient compression needs the nccl backend (this run uses {backend}); "
@@ -135,6 +153,8 @@ def register_compression(model: DistributedDataParallel, config: CompressionConf
         world_size=dist.get_world_size(),
         names={id(p): name for name, p in model.module.named_parameters()},
         compressor=TopKCompressor(error_feedback=config.method == "topk_ef") if config.method.startswith("topk") else None,
+        local_clip=grad_clip if config.local_clipping else 0.0,
+        model_numel=sum(p.numel() for p in model.module.parameters() if p.requires_grad),
     )
     model.register_comm_hook(state, HOOKS[config.method])
     return state

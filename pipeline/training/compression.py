@@ -13,6 +13,15 @@ the same number of entries and fixed-size collectives can gather them.
 
 Residuals are keyed by parameter *name*: DDP rebuilds its buckets after the first iteration, so
 bucket indices do not identify the same gradients across steps (or across a resume).
+
+Local clipping (DGC): with error feedback, each rank clips its own gradient *before* it enters the
+residual (:func:`clip_norm_`, threshold :func:`local_clip_threshold`). Clipping the averaged sparse
+gradient afterwards, as a dense step does, would shrink the accumulated entries being delivered
+and break the conservation above.
+
+Selection weights: the top-k may rank entries by ``|acc| * weight`` (the trainer passes AdamW's
+frozen preconditioner, so entries rank by the step they would make). Only *which* entries are sent
+changes; the values sent are ``acc``'s and the conservation holds as before.
 """
 
 from __future__ import annotations
@@ -38,13 +47,35 @@ def density_at_step(step: int, target: float, dense_warmup_steps: int, decay_ste
     return max(target, target ** progress)
 
 
-def select_topk(acc: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The ``k`` entries of flat ``acc`` with the largest magnitude: (values, int64 indices).
+def local_clip_threshold(grad_clip: float, world_size: int, share: float = 1.0) -> float:
+    """Norm bound for one rank's local gradient (or the ``share`` of the model's entries in one bucket).
+
+    DGC scales the global threshold by N^-1/2 for node gradients that each carry 1/N of the average;
+    ours are local means (the hook averages), so the same rule is ``grad_clip * sqrt(N)``: the mean of
+    N independent gradients within it has norm <= ``grad_clip``. A bucket holding a ``share`` of the
+    entries gets ``sqrt(share)`` of it, so buckets at their bounds add up to the model's.
+    """
+    return grad_clip * math.sqrt(world_size * share)
+
+
+def clip_norm_(flat: torch.Tensor, max_norm: float) -> torch.Tensor:
+    """Scale ``flat`` in place so its L2 norm is at most ``max_norm``; returns the norm before.
+
+    A non-finite norm makes every entry non-finite (NaN scale), so the step is still skipped everywhere.
+    """
+    norm = torch.linalg.vector_norm(flat)
+    flat.mul_((max_norm / (norm + 1e-6)).clamp(max=1.0))
+    return norm
+
+
+def select_topk(acc: torch.Tensor, k: int, weight: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``k`` entries of flat ``acc`` with the largest magnitude (times ``weight``, positive and
+    finite, when given): (values of ``acc``, int64 indices).
 
     Non-finite entries rank first (torch orders NaN above everything), so a NaN gradient is always
     sent and every rank sees it: the step is then skipped everywhere, consistently.
     """
-    _, indices = torch.topk(acc.abs(), k, sorted=False)
+    _, indices = torch.topk(acc.abs() if weight is None else acc.abs() * weight, k, sorted=False)
     return acc[indices], indices
 
 
@@ -71,6 +102,8 @@ class TopKCompressor:
     def __init__(self, error_feedback: bool) -> None:
         self.error_feedback = error_feedback
         self.residuals: dict[str, torch.Tensor] = {}
+        # Flat per-parameter weights the selection ranks |acc| by (set per step from outside; None = raw).
+        self.selection_weights: dict[str, torch.Tensor] | None = None
         self._staged: dict[str, torch.Tensor] = {}
 
     def accumulate(self, name: str, grad: torch.Tensor) -> torch.Tensor:
@@ -81,7 +114,8 @@ class TopKCompressor:
     def compress(self, name: str, grad: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Top-k of the accumulated flat gradient of parameter ``name``; stages the new residual."""
         acc = self.accumulate(name, grad.reshape(-1))
-        values, indices = select_topk(acc, k)
+        weight = self.selection_weights.get(name) if self.selection_weights is not None else None
+        values, indices = select_topk(acc, k, weight)
         if self.error_feedback and bool(torch.isfinite(acc).all()):
             acc[indices] = 0.0
             self._staged[name] = acc

@@ -75,6 +75,15 @@ class CompressionConfig:
     # this many epochs after the dense steps.
     density_warmup_epochs: float = 1.0
     bucket_cap_mb: float = 25.0
+    # Top-k only: AdamW's second moment stops updating when the dense warm-up ends (1-bit Adam), so
+    # sparse steps' few large accumulated entries do not distort it (pipeline/training/optimizer.py).
+    freeze_variance: bool = False
+    # topk_ef only: clip each rank's gradient before it enters the residual (DGC), not the averaged one
+    # after; clipping what is sent would drop accumulated mass that error feedback owes the weights.
+    local_clipping: bool = False
+    # With freeze_variance: rank entries by the step they would make (|acc| / sqrt(frozen variance)),
+    # not by raw magnitude, which Adam's per-entry scaling makes incomparable across entries.
+    select_by_update: bool = False
 
 
 @dataclass(frozen=True)
@@ -130,6 +139,19 @@ def validate_config(config: TrainConfig, source: str) -> TrainConfig:
         (config.optim.accumulation_steps >= 1, "optim.accumulation_steps must be >= 1"),
         (0.0 <= config.optim.ema_decay < 1.0, "optim.ema_decay must be in [0, 1) (0 = no weight average)"),
         (0.0 < config.compression.density <= 1.0, "compression.density must be in (0, 1]"),
+        (config.compression.dense_warmup_steps >= 0, "compression.dense_warmup_steps must be >= 0"),
+        (not config.compression.freeze_variance or config.compression.method.startswith("topk"),
+         "compression.freeze_variance applies to the top-k methods only: set it to false for "
+         f"method = {config.compression.method!r}"),
+        (not config.compression.freeze_variance or config.compression.dense_warmup_steps >= 1,
+         "compression.freeze_variance needs compression.dense_warmup_steps >= 1 (the dense steps estimate "
+         "the variance that is then frozen)"),
+        (not config.compression.select_by_update or config.compression.freeze_variance,
+         "compression.select_by_update needs compression.freeze_variance = true (it ranks entries by the "
+         "frozen variance)"),
+        (not config.compression.local_clipping or config.compression.method == "topk_ef",
+         "compression.local_clipping applies to method = \"topk_ef\" only (it protects error feedback's "
+         f"residuals); set it to false for method = {config.compression.method!r}"),
         (config.checkpoint.keep_last >= 1, "checkpoint.keep_last must be >= 1"),
         (config.checkpoint.every_steps >= 1, "checkpoint.every_steps must be >= 1"),
         (config.loop.epochs >= 1, "loop.epochs must be >= 1"),

@@ -44,6 +44,7 @@ from pipeline.training.distributed import DistEnv, barrier, check_replicas, log_
 from pipeline.training.evaluate import gather_scored, score_split, split_metrics
 from pipeline.training.finalize import TrainingOutcome, finalize_run
 from pipeline.training.loss import make_loss
+from pipeline.training.optimizer import FreezableAdamW
 from pipeline.training.progress import ProgressLine, format_progress
 from pipeline.training.schedule import lr_at_step
 from pipeline.training.weight_average import WeightAverage
@@ -98,8 +99,9 @@ class Trainer:
             self.model, device_ids=[env.device] if env.device.type == "cuda" else None,
             bucket_cap_mb=config.compression.bucket_cap_mb,
             forward_sync_buffers=False)  # buffers (normalisation, temperature) never change while training
-        self.comm = register_compression(self.ddp, config.compression, env.backend)
-        self.optimizer = torch.optim.AdamW(
+        self.comm = register_compression(self.ddp, config.compression, env.backend, config.optim.grad_clip)
+        # AdamW; with compression.freeze_variance its second moment stops after the dense warm-up.
+        self.optimizer = FreezableAdamW(
             self.model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay,
             betas=(config.optim.beta1, config.optim.beta2))
         # The weights validated, checkpointed as "model" and exported; None: the raw weights.
@@ -192,8 +194,11 @@ class Trainer:
                             round(cfg.compression.density_warmup_epochs * self.data.steps_per_epoch)),
             dense=step < cfg.compression.dense_warmup_steps)
         lr = lr_at_step(step, cfg.optim.lr, self.total_steps, cfg.schedule)
+        freeze_variance = cfg.compression.freeze_variance and step >= cfg.compression.dense_warmup_steps
         for group in self.optimizer.param_groups:
-            group["lr"] = lr
+            group["lr"], group["freeze_variance"] = lr, freeze_variance
+        if freeze_variance and cfg.compression.select_by_update:
+            self._weigh_selection_by_preconditioner()
         self.optimizer.zero_grad(set_to_none=True)
         loss_sum = 0.0
         for i, batch in enumerate(micro_batches):
@@ -209,8 +214,8 @@ class Trainer:
                 loss.backward()
             loss_sum += float(loss.detach())
             self.loop_samples += len(batch) * self.env.world_size
-        grad_norm = torch.nn.utils.clip_grad_norm_(
-            self.model.parameters(), cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else math.inf)
+        clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 and not self.comm.clipped_locally else math.inf
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
         if torch.isfinite(grad_norm):
             self.optimizer.step()
             if self.average is not None:
@@ -224,6 +229,13 @@ class Trainer:
         self.state.global_step += 1
         self.state.step_in_epoch += 1
         self.last_loss, self.last_lr = loss_sum, lr
+
+    def _weigh_selection_by_preconditioner(self) -> None:
+        """Top-k ranks entries by the step they would make: |acc| / sqrt(frozen variance). Recomputed
+        every step from the optimizer state, so a resumed run selects exactly as an uninterrupted one."""
+        self.comm.compressor.selection_weights = {
+            name: weight.reshape(-1) for name, param in self.model.named_parameters()
+            if (weight := self.optimizer.preconditioner(param)) is not None}
 
     def _skip_step(self, step: int) -> None:
         self.optimizer.zero_grad(set_to_none=True)

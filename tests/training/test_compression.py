@@ -7,7 +7,15 @@ import math
 import pytest
 import torch
 
-from pipeline.training.compression import TopKCompressor, densify, density_at_step, k_for, select_topk
+from pipeline.training.compression import (
+    TopKCompressor,
+    clip_norm_,
+    densify,
+    density_at_step,
+    k_for,
+    local_clip_threshold,
+    select_topk,
+)
 
 
 def test_k_is_ceil_of_density_times_size_at_least_one():
@@ -113,3 +121,53 @@ def test_state_dict_round_trip():
     other = TopKCompressor(error_feedback=True)
     other.load_state_dict(comp.state_dict())
     assert torch.equal(other.residuals["a.weight"], comp.residuals["a.weight"])
+
+
+def test_local_clip_threshold_is_the_global_bound_times_sqrt_ranks_and_bucket_share():
+    # Local means of N ranks: N independent ones at norm sqrt(N) * c average to norm c.
+    assert local_clip_threshold(1.0, world_size=1) == 1.0
+    assert local_clip_threshold(1.0, world_size=4) == 2.0
+    assert local_clip_threshold(3.0, world_size=2, share=0.5) == pytest.approx(3.0)
+    assert local_clip_threshold(1.0, world_size=2, share=0.125) == pytest.approx(0.5)
+
+
+def test_clip_norm_scales_down_to_the_bound_and_leaves_smaller_gradients_alone():
+    grad = torch.tensor([3.0, -4.0])
+    assert clip_norm_(grad, 1.0).item() == 5.0  # the norm before
+    torch.testing.assert_close(grad, torch.tensor([0.6, -0.8]), rtol=1e-5, atol=0)
+    small = torch.tensor([0.3, 0.4])
+    clip_norm_(small, 1.0)
+    assert torch.equal(small, torch.tensor([0.3, 0.4]))
+
+
+def test_clip_norm_keeps_a_nonfinite_gradient_visible():
+    for bad in (float("nan"), float("inf")):
+        grad = torch.tensor([1.0, bad, 2.0])
+        clip_norm_(grad, 1.0)
+        assert not torch.isfinite(grad).all()
+
+
+def test_clipped_gradient_is_what_error_feedback_conserves():
+    comp = TopKCompressor(error_feedback=True)
+    comp.residuals["p"] = torch.tensor([0.5, 0.0, 0.0, 0.1])
+    grad = torch.tensor([0.0, 6.0, 8.0, 0.0])  # norm 10, clipped to 1: [0, 0.6, 0.8, 0]
+    clip_norm_(grad, 1.0)
+    values, indices = comp.compress("p", grad, k=2)
+    comp.commit()
+    sent = torch.zeros(4).index_add_(0, indices, values)
+    assert sorted(indices.tolist()) == [1, 2]
+    assert torch.equal(sent + comp.residuals["p"], torch.tensor([0.5, 0.0, 0.0, 0.1]) + grad)
+    torch.testing.assert_close(comp.residuals["p"], torch.tensor([0.5, 0.0, 0.0, 0.1]))
+
+
+def test_selection_weights_choose_entries_but_the_raw_values_are_sent_and_conserved():
+    comp = TopKCompressor(error_feedback=True)
+    comp.selection_weights = {"p": torch.tensor([10.0, 1.0, 1.0, 10.0])}
+    grad = torch.tensor([1.0, -2.0, 3.0, 0.5])  # weighted magnitudes 10, 2, 3, 5
+    values, indices = comp.compress("p", grad, k=2)
+    comp.commit()
+    assert sorted(zip(indices.tolist(), values.tolist(), strict=True)) == [(0, 1.0), (3, 0.5)]
+    sent = torch.zeros(4).index_add_(0, indices, values)
+    assert torch.equal(sent + comp.residuals["p"], grad)
+    values, indices = comp.compress("q", grad, k=1)  # no weights for q: raw magnitude
+    assert indices.tolist() == [2]
