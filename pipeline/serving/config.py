@@ -43,6 +43,9 @@ class ModelConfig:
     shadow: bool = False  # also score the challenger (logged and published, never decides)
     warmup_rows: int = 64  # rows scored by a freshly loaded model before it takes traffic
     explain_top_k: int = 3  # features reported per decision (0: no attribution, one forward per request)
+    # Payments scoring below this get no feature attribution (their occlusion rows cost ~30x the score
+    # itself); the review threshold explains every payment the score sends to review or declines. 0: all.
+    explain_min_score: float = 0.5
     torch_threads: int = 1  # the scoring thread's forwards run beside the event loop, which needs a core
 
 
@@ -126,8 +129,9 @@ def validate_serving_config(config: ServingConfig, source: str = "serving.toml")
         problems.append(f"server.port must be in 0..65535, got {s.port}")
     if m.poll_interval_s <= 0 or config.rules.refresh_interval_s <= 0 or config.stream.expire_interval_s <= 0:
         problems.append("model.poll_interval_s, rules.refresh_interval_s and stream.expire_interval_s must be > 0")
-    if m.warmup_rows < 1 or m.explain_top_k < 0 or m.torch_threads < 1:
-        problems.append("model.warmup_rows and model.torch_threads must be >= 1, model.explain_top_k >= 0")
+    if m.warmup_rows < 1 or m.explain_top_k < 0 or m.torch_threads < 1 or not 0.0 <= m.explain_min_score <= 1.0:
+        problems.append("model.warmup_rows and model.torch_threads must be >= 1, model.explain_top_k >= 0, "
+                        "model.explain_min_score in [0, 1]")
     if config.stream.expiry_margin_hours < 0 or config.stream.poll_timeout_ms < 1:
         problems.append("stream.expiry_margin_hours must be >= 0 and stream.poll_timeout_ms >= 1")
     if config.scores.queue_size < 1 or not config.scores.topic:

@@ -106,7 +106,8 @@ class ModelReloader:
     def _load(self, version: int) -> bool:
         started = time.monotonic()
         try:
-            scorer = Scorer(self.source.fetch(version), version, self.config.explain_top_k)
+            scorer = Scorer(self.source.fetch(version), version, self.config.explain_top_k,
+                            self.config.explain_min_score)
             scorer.warm_up(self.warmup)
         except Exception as exc:  # fetch, schema and warm-up failures alike: the live model stays
             _, attempts = self._retry.get(version, (0.0, 0))

@@ -5,12 +5,17 @@ whose categorical cardinalities differ from the feature definitions (its codes w
 into the wrong embedding rows and it would score garbage, silently). :meth:`Scorer.warm_up`
 refuses one whose scores are not probabilities. Both run before a model takes traffic.
 
-Attribution is occlusion against the training mean, in the same forward as the score: row 0 is
-the payment, row ``1 + i`` is the payment with feature ``i`` set to "missing" (NaN numerics become
-the training mean inside the model, code 0 is "unknown"). A feature's contribution is
-``score - score with it missing``: positive values pushed the score up. :meth:`Scorer.score_many`
-scores several payments, with their occlusion rows, in one forward: the cost of a one-row call is
-mostly torch's per-operator overhead, paid once for the batch.
+Attribution is occlusion against the training mean: row ``i`` of a payment's occlusion block is the
+payment with feature ``i`` set to "missing" (NaN numerics become the training mean inside the model,
+code 0 is "unknown"). A feature's contribution is ``score - score with it missing``: positive values
+pushed the score up. :meth:`Scorer.score_many` scores several payments in one forward (the cost of a
+one-row call is mostly torch's per-operator overhead, paid once for the batch), then the occlusion
+blocks of those scoring at least ``explain_min_score`` in one more.
+
+Why a floor: an occlusion block is one model row per feature (~30), so explaining every payment
+costs ~30x the score itself, almost all of it on payments the score lets through, whose reasons
+nobody reads. With the floor at the review threshold, every payment the score sends to review or
+declines is explained, at a cost proportional to how many there are.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from pipeline.features import definitions as fd
 from pipeline.serving.errors import ModelRejected
 
 FeatureRow = Mapping[str, float | int]
-FORWARD_CHUNK = 64  # payments per forward: 64 * 31 rows, activations of a few MB (a 500-payment batch: ~8 forwards)
+FORWARD_CHUNK = 64  # payments explained per forward: 64 * 30 rows, activations of a few MB
 
 
 def check_feature_schema(config: FraudModelConfig) -> None:
@@ -64,7 +69,7 @@ class Scored:
 class Scorer:
     """One registered version, ready to score feature rows (immutable once built; shareable)."""
 
-    def __init__(self, model: FraudModel, version: int, explain_top_k: int) -> None:
+    def __init__(self, model: FraudModel, version: int, explain_top_k: int, explain_min_score: float = 0.0) -> None:
         check_feature_schema(model.config)
         self.model = model.eval()
         self.version = version
@@ -72,13 +77,12 @@ class Scorer:
         self.numeric = tuple(model.config.numeric_features)
         self.categorical = tuple(model.config.categorical_features)
         self.explain_top_k = explain_top_k
+        self.explain_min_score = explain_min_score  # payments scoring below it get no attribution
         n_num, n_cat = len(self.numeric), len(self.categorical)
-        # Occlusion block of one payment: row 1 + i blanks feature i (numerics first, then categoricals).
-        self._width = 1 + n_num + n_cat
-        self._blank_numeric = np.zeros((self._width, n_num), dtype=bool)
-        self._blank_numeric[np.arange(n_num) + 1, np.arange(n_num)] = True
-        self._blank_categorical = np.zeros((self._width, n_cat), dtype=bool)
-        self._blank_categorical[np.arange(n_cat) + 1 + n_num, np.arange(n_cat)] = True
+        # Occlusion block of one payment: row i blanks feature i (numerics first, then categoricals).
+        self._width = n_num + n_cat
+        self._blank_numeric = np.eye(self._width, n_num, dtype=bool)
+        self._blank_categorical = np.eye(self._width, n_cat, k=-n_num, dtype=bool)
 
     def _arrays(self, rows: Sequence[FeatureRow]) -> tuple[np.ndarray, np.ndarray]:
         """The model's inputs of ``rows``: numeric ``[n, F]`` float32, categorical ``[n, C]`` int64."""
@@ -87,49 +91,57 @@ class Scorer:
         return numeric.reshape(len(rows), len(self.numeric)), categorical.reshape(len(rows), len(self.categorical))
 
     def score(self, row: FeatureRow) -> Scored:
-        """Fraud probability of one feature row, with its ``explain_top_k`` strongest features."""
+        """Fraud probability of one feature row, with its ``explain_top_k`` strongest features when
+        it scores at least ``explain_min_score``."""
         return self.score_many((row,))[0]
 
     def score_many(self, rows: Sequence[FeatureRow]) -> list[Scored]:
-        """:meth:`score` of each row, in one forward per ``FORWARD_CHUNK`` rows (each row with its
-        occlusion rows: ``1 + features`` model rows per payment)."""
-        if self.explain_top_k == 0:
-            return [Scored(score, ()) for score in self.score_rows(rows)]
-        out = []
-        for start in range(0, len(rows), FORWARD_CHUNK):
-            out += self._score_chunk(rows[start: start + FORWARD_CHUNK])
-        return out
-
-    def _score_chunk(self, rows: Sequence[FeatureRow]) -> list[Scored]:
-        n = len(rows)
-        numeric, categorical = self._arrays(rows)
-        blocks = (n * self._width, -1)  # payment i's occlusion block is rows i * width .. (i + 1) * width - 1
-        numeric = np.where(self._blank_numeric, np.float32(math.nan), numeric[:, None, :]).reshape(blocks)
-        categorical = np.where(self._blank_categorical, 0, categorical[:, None, :]).reshape(blocks)
-        with torch.inference_mode():
-            probs = self.model.predict_proba(torch.from_numpy(numeric), torch.from_numpy(categorical)).tolist()
-        names = self.numeric + self.categorical
-        out = []
-        for row, base in zip(rows, range(0, n * self._width, self._width), strict=True):
-            score, blanked = probs[base], probs[base + 1: base + self._width]
-            ranked = sorted(range(len(names)), key=lambda i: -abs(score - blanked[i]))[: self.explain_top_k]
-            out.append(Scored(score, tuple(Attribution(names[i], float(row[names[i]]), score - blanked[i])
-                                           for i in ranked)))
-        return out
-
-    def score_rows(self, rows: Sequence[FeatureRow]) -> list[float]:
-        """Fraud probabilities of many rows in one forward (no attribution: the shadow model's path)."""
+        """:meth:`score` of each row: one forward for the scores, then one per ``FORWARD_CHUNK``
+        payments to explain (each with ``features`` occlusion rows)."""
         if not rows:
             return []
         numeric, categorical = self._arrays(rows)
+        scores = self._forward(numeric, categorical)
+        explained: dict[int, tuple[Attribution, ...]] = {}
+        if self.explain_top_k > 0:
+            chosen = [i for i, score in enumerate(scores) if score >= self.explain_min_score]
+            for start in range(0, len(chosen), FORWARD_CHUNK):
+                chunk = chosen[start: start + FORWARD_CHUNK]
+                explained |= zip(chunk, self._explain(rows, chunk, scores, numeric[chunk], categorical[chunk]), strict=True)
+        return [Scored(score, explained.get(i, ())) for i, score in enumerate(scores)]
+
+    def _explain(self, rows: Sequence[FeatureRow], chosen: list[int], scores: list[float], numeric: np.ndarray,
+                 categorical: np.ndarray) -> list[tuple[Attribution, ...]]:
+        """The ``explain_top_k`` strongest features of rows ``chosen`` (their inputs: ``numeric``,
+        ``categorical``), from one forward of their occlusion blocks."""
+        blocks = (len(chosen) * self._width, -1)  # payment j's block: rows j * width .. (j + 1) * width - 1
+        blanked = self._forward(np.where(self._blank_numeric, np.float32(math.nan), numeric[:, None, :]).reshape(blocks),
+                                np.where(self._blank_categorical, 0, categorical[:, None, :]).reshape(blocks))
+        names = self.numeric + self.categorical
+        out = []
+        for j, i in enumerate(chosen):
+            score, row = scores[i], rows[i]
+            moved = [score - b for b in blanked[j * self._width: (j + 1) * self._width]]
+            ranked = sorted(range(len(names)), key=lambda f: -abs(moved[f]))[: self.explain_top_k]
+            out.append(tuple(Attribution(names[f], float(row[names[f]]), moved[f]) for f in ranked))
+        return out
+
+    def _forward(self, numeric: np.ndarray, categorical: np.ndarray) -> list[float]:
         with torch.inference_mode():
             return self.model.predict_proba(torch.from_numpy(numeric), torch.from_numpy(categorical)).tolist()
 
+    def score_rows(self, rows: Sequence[FeatureRow]) -> list[float]:
+        """Fraud probabilities of many rows in one forward (no attribution: the shadow model's path)."""
+        return self._forward(*self._arrays(rows)) if rows else []
+
     def warm_up(self, rows: Sequence[FeatureRow]) -> None:
-        """Score ``rows`` one by one and together (as requests will be), and in a batch; ModelRejected
-        unless every score is a probability. Also pays the first-call costs before the model takes traffic."""
-        scores = ([self.score(row).score for row in rows] + [s.score for s in self.score_many(rows)]
-                  + self.score_rows(rows))
+        """Score ``rows`` one by one and together (as requests will be), and explain them whatever
+        their scores; ModelRejected unless every score (occluded ones included) is a probability. Also
+        pays the first-call costs before the model takes traffic."""
+        scores = [self.score(row).score for row in rows] + self.score_rows(rows)
+        if self.explain_top_k > 0 and rows:
+            explained = self._explain(rows, list(range(len(rows))), scores, *self._arrays(rows))
+            scores += [scores[i] - a.contribution for i, attributions in enumerate(explained) for a in attributions]
         bad = [s for s in scores if not (math.isfinite(s) and 0.0 <= s <= 1.0)]
         if bad:
             raise ModelRejected(f"version {self.version} scores {len(bad)} of {len(scores)} warm-up rows outside "

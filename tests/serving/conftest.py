@@ -80,7 +80,7 @@ def champion(config: RegistryConfig, client: MlflowClient, logged: Logged) -> in
 @pytest.fixture
 def serving_config(tmp_path: Path) -> ServingConfig:
     """Fast polls, rules in the test's tmp dir, an admin token; no Kafka (tests that want it add it)."""
-    return ServingConfig(model=ModelConfig(poll_interval_s=0.1, warmup_rows=8),
+    return ServingConfig(model=ModelConfig(poll_interval_s=0.1, warmup_rows=8, explain_min_score=0.0),
                          rules=RulesConfig(path=str(tmp_path / "rules.toml"), refresh_interval_s=0.1),
                          stream=StreamConfig(seed_from_raw_store=False, consume=False),
                          admin=AdminConfig(token=ADMIN_TOKEN))
