@@ -36,7 +36,10 @@ TS_US = "_ts_us"
 IS_TX = "_is_tx"
 KERNEL_ROWS = 500_000  # rows per kernel call when keys are small (a few hundred MB of numpy arrays)
 
-PASSTHROUGH = ("transaction_id", "card_id", "merchant_id", "event_time", TS_US, "amount", "mcc", "channel", "country")
+# Every cell crosses the JVM <-> Python boundary twice per pass (Arrow conversion, row by row on the
+# JVM side): the passes carry only what the kernel or the output needs. event_time is rebuilt from
+# TS_US after the passes (same microseconds).
+PASSTHROUGH = ("transaction_id", "card_id", "merchant_id", TS_US, "amount", "mcc", "channel", "country")
 MERCHANT_COLUMNS = tuple(name for d in fd.MERCHANT_WINDOWS_DAYS for name in (fd.merchant_count(d), fd.merchant_fraud_rate(d)))
 ROW_COLUMNS = ("amount", *fd.TIME_FEATURES)
 
@@ -45,11 +48,10 @@ def _ddl(columns: dict[str, str]) -> str:
     return ", ".join(f"`{name}` {kind}" for name, kind in columns.items())
 
 
-_PASSTHROUGH_DDL = {"transaction_id": "string", "card_id": "string", "merchant_id": "string",
-                    "event_time": "timestamp", TS_US: "bigint", "amount": "double", "mcc": "string",
-                    "channel": "string", "country": "string"}
+_PASSTHROUGH_DDL = {"transaction_id": "string", "card_id": "string", "merchant_id": "string", TS_US: "bigint",
+                    "amount": "double", "mcc": "string", "channel": "string", "country": "string"}
 MERCHANT_PASS_DDL = _ddl(_PASSTHROUGH_DDL | dict.fromkeys(MERCHANT_COLUMNS, "double"))
-CARD_PASS_DDL = _ddl({"transaction_id": "string", "card_id": "string", "event_time": "timestamp", TS_US: "bigint"}
+CARD_PASS_DDL = _ddl({"transaction_id": "string", "card_id": "string", TS_US: "bigint"}
                      | dict.fromkeys(fd.NUMERIC_FEATURES, "double") | dict.fromkeys(fd.CATEGORICAL_FEATURES, "int"))
 
 
@@ -95,6 +97,20 @@ def value_codes(column: pa.ChunkedArray) -> np.ndarray:
     return pc.fill_null(encoded.indices, len(encoded.dictionary)).to_numpy(zero_copy_only=False).astype(np.int64)
 
 
+def arrow_categorical_codes(table: pa.Table) -> dict[str, np.ndarray]:
+    """:func:`kernel.categorical_codes` of the table's raw categorical columns, hashing each distinct
+    value once (Arrow's dictionary encoding; the rows never become Python strings). Null: as ``""``."""
+    encoded = {raw: pc.dictionary_encode(table.column(raw).combine_chunks())
+               for raw in set(fd.CATEGORICAL_SOURCES.values())}
+    per_value = categorical_codes({raw: np.append(e.dictionary.to_numpy(zero_copy_only=False).astype(object), None)
+                                   for raw, e in encoded.items()})  # index len(dictionary): null
+    out = {}
+    for column, raw in fd.CATEGORICAL_SOURCES.items():
+        indices = pc.fill_null(encoded[raw].indices, len(encoded[raw].dictionary))
+        out[column] = per_value[column][indices.to_numpy(zero_copy_only=False)]
+    return out
+
+
 def _int64(table: pa.Table, name: str) -> np.ndarray:
     return table.column(name).to_numpy().astype(np.int64, copy=False)
 
@@ -120,9 +136,8 @@ def _card_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]
                             merchant=value_codes(table.column("merchant_id")),
                             country=value_codes(table.column("country")))
         features = card_features(events, events) | time_features(ts) | {"amount": amount}
-        codes = categorical_codes({raw: table.column(raw).to_numpy(zero_copy_only=False)
-                                   for raw in fd.CATEGORICAL_SOURCES.values()})
-        columns = {name: table.column(name) for name in ("transaction_id", "card_id", "event_time", TS_US)}
+        codes = arrow_categorical_codes(table)
+        columns = {name: table.column(name) for name in ("transaction_id", "card_id", TS_US)}
         columns |= {name: pa.array(features[name], pa.float64()) if name in features else table.column(name)
                     for name in fd.NUMERIC_FEATURES}
         columns |= {name: pa.array(codes[name], pa.int32()) for name in fd.CATEGORICAL_FEATURES}
@@ -131,7 +146,7 @@ def _card_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]
 
 def apply_feature_kernel(tx: DataFrame, fraud_known: DataFrame, partitions: int) -> DataFrame:
     """Feature rows of ``tx`` (``PASSTHROUGH`` columns) given the merchant fraud-known instants
-    (``merchant_id, _ts_us``): ``transaction_id, card_id, event_time, _ts_us`` and ``FEATURE_COLUMNS``."""
+    (``merchant_id, _ts_us``): ``transaction_id, card_id, _ts_us`` and ``FEATURE_COLUMNS``."""
     payments = tx.select(*PASSTHROUGH).withColumn(IS_TX, F.lit(True))
     known = fraud_known.select("merchant_id", TS_US).withColumn(IS_TX, F.lit(False))
     timeline = payments.unionByName(known, allowMissingColumns=True)

@@ -85,7 +85,8 @@ def build_features(transactions: DataFrame, labels: DataFrame, params: FeaturePa
     if partitions is None:
         partitions = int(tx.sparkSession.conf.get("spark.sql.shuffle.partitions"))
     rows = apply_feature_kernel(tx, fraud_known_events(past, labels, params), partitions)
-    return rows.select("transaction_id", "card_id", "event_time", utc_date(F.col(TS_US)).alias("event_date"),
+    return rows.select("transaction_id", "card_id", F.timestamp_micros(TS_US).alias("event_time"),
+                       utc_date(F.col(TS_US)).alias("event_date"),
                        *fd.FEATURE_COLUMNS)
 
 
