@@ -11,8 +11,9 @@ Many payments can be asked at once (:meth:`OnlineFeatureState.features_many`): o
 over their cards' and merchants' histories, the same numbers as one call per payment.
 
 Memory is bounded by expiry (:meth:`OnlineFeatureState.expire`): payments older than the longest
-window, fraud instants older than the longest merchant window, and the payment index that reports
-are matched against after ``label_match_days``. Expiry is incremental: every key is filed under the
+window, fraud instants older than the longest merchant window, the payment index that reports
+are matched against after ``label_match_days``, and fraud reports whose payment never came once
+their instant could no longer be read by any window. Expiry is incremental: every key is filed under the
 hours of the events it holds (:class:`_ExpiryIndex`), so a call visits only keys that hold
 something old, at most ``budget`` of them, and never walks the whole state.
 """
@@ -147,6 +148,7 @@ class OnlineFeatureState:
         self._expiring_cards = _ExpiryIndex()
         self._expiring_merchants = _ExpiryIndex()
         self._expiring_payments = _ExpiryIndex()
+        self._expiring_orphan_reports = _ExpiryIndex()  # reports of payments not (yet) seen, by report time
 
     # -- what the stream feeds -------------------------------------------------------------------
     def observe_payment(self, p: Payment) -> None:
@@ -176,6 +178,8 @@ class OnlineFeatureState:
         self._first_fraud_report[transaction_id] = reported_us
         if transaction_id in self._payments:
             self._add_fraud_instant(transaction_id, reported_us, previous)
+        else:  # the payment may still arrive (out-of-order replay), or never (before the state's history)
+            self._expiring_orphan_reports.add(reported_us, transaction_id)
 
     def _add_fraud_instant(self, transaction_id: str, reported_us: int, replaced_us: int | None) -> None:
         merchant_id, ts = self._payments[transaction_id]
@@ -240,6 +244,9 @@ class OnlineFeatureState:
         merchant_horizon = now_us - max(fd.MERCHANT_WINDOWS_DAYS) * US_PER_DAY
         # A report made after now can still match payments back to label_match_days before it.
         match_horizon = now_us - self.params.label_match_days * US_PER_DAY
+        # A report older than this is worthless even if its payment turns up: the instant it would
+        # add (reported + delay) is already before every merchant window of a payment from now on.
+        report_horizon = min(match_horizon, merchant_horizon - self.params.label_delay_us)
         left = float("inf") if budget is None else budget
         for card_id in self._expiring_cards.take_due(card_horizon, left):
             history = self._cards.get(card_id)
@@ -262,13 +269,18 @@ class OnlineFeatureState:
                 del self._payments[transaction_id]
                 self._first_fraud_report.pop(transaction_id, None)
             left -= 1
+        for transaction_id in self._expiring_orphan_reports.take_due(report_horizon, left):
+            reported = self._first_fraud_report.get(transaction_id)
+            if transaction_id not in self._payments and reported is not None and reported < report_horizon:
+                del self._first_fraud_report[transaction_id]
+            left -= 1
         return not (self._expiring_cards.due(card_horizon) or self._expiring_merchants.due(merchant_horizon)
-                    or self._expiring_payments.due(match_horizon))
+                    or self._expiring_payments.due(match_horizon) or self._expiring_orphan_reports.due(report_horizon))
 
     def size(self) -> dict[str, int]:
         """Entries held (for /metrics and the expiry test); constant time."""
         return {"cards": len(self._cards), "merchants": len(self._merchants), "payments": len(self._payments),
-                "card_events": self._card_events}
+                "card_events": self._card_events, "fraud_reports": len(self._first_fraud_report)}
 
 
 @functools.lru_cache(maxsize=65_536)

@@ -69,7 +69,7 @@ def service_families(service: ScoringService, http: HttpMetrics) -> list[Family]
                  entries]
     features = p.features.status()
     size = Family(f"{P}feature_state_entries", "gauge", "Entries held by the online feature state.")
-    for key in ("cards", "merchants", "payments", "card_events"):
+    for key in ("cards", "merchants", "payments", "card_events", "fraud_reports"):
         size.add(features[key], (("kind", key),))
     families.append(size)
     if p.feed is not None:

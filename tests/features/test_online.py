@@ -67,6 +67,24 @@ def test_a_report_before_its_payment_counts_once_the_payment_arrives():
     assert later[fd.merchant_fraud_rate(7)] == 1.0  # 1 known fraud / 1 payment
 
 
+def test_fraud_reports_whose_payment_never_comes_expire_once_no_window_can_read_them():
+    state = OnlineFeatureState(DAY_DELAY)
+    for i in range(20):  # reports of payments from before the state's history (e.g. seeded late)
+        state.observe_label(f"unknown{i}", True, _micros(T0 + i * D))
+    state.observe_payment(_payment(tx("late", "c1", "m", T0 + 5 * D, 1.0)))  # one report's payment turns up
+    state.observe_label("late", True, _micros(T0 + 6 * D))
+    assert state.size()["fraud_reports"] == 21
+    # At T0 + 100 days a report made before T0 + 10 days can no longer feed any window (label_match_days 90).
+    assert state.expire(_micros(T0 + 100 * D)) is True
+    kept = {f"unknown{i}" for i in range(10, 20)}
+    assert state.size()["fraud_reports"] == len(kept)
+    assert set(state._first_fraud_report) == kept
+    # A kept orphan still counts when its payment arrives, as before.
+    state.observe_payment(_payment(tx("unknown19", "c2", "m2", T0 + 19 * D - H, 1.0)))
+    query = _payment(tx("q", "c3", "m2", T0 + 21 * D, 1.0))
+    assert state.features(query)[fd.merchant_fraud_rate(30)] == 1.0
+
+
 def test_expiry_bounds_memory_and_keeps_what_windows_read():
     state = OnlineFeatureState(DAY_DELAY)
     for i in range(50):
