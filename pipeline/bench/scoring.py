@@ -6,7 +6,7 @@ architecture (:data:`pipeline.bench.train.BENCH_MODEL`, a few optimiser steps: s
 quality, is measured) registered twice (v1 champion, v2 for the swap). Then both servers run as
 their own processes, one uvicorn worker each:
 
-* ours, ``fraudctl serve`` on conf/dev (its ``serving.toml`` with a 0.5 s alias poll): it consumes
+* ours, ``fraudctl serve`` on conf/dev as it is (alias poll every 5 s): it consumes
   the history from Kafka and answers each raw transaction with online features, the model,
   occlusion attribution, rules, and a publish to the scores topic;
 * ``mlflow models serve -m models:/<name>@champion --env-manager local``, which cannot compute
@@ -15,11 +15,12 @@ their own processes, one uvicorn worker each:
 One client (asyncio, ``CONCURRENCY`` keep-alive connections; :class:`_Connection` says why not
 httpx) sends the next day's payments one per request, the same ones in the same order to both,
 after an unmeasured warm-up: p50, p99, requests/s, errors. A third run against ours moves the
-champion alias to v2 a third of the way in (``hot_swap_errors`` must stay 0; the responses show
-both versions). Last, ours once more in a fresh process with ``explain_min_score = 0``
-(``ours_explain_every_payment``: occlusion attribution on every payment, not only on those the
-score flags; ``explained`` counts the answers with ``top_features``). Goals: our p99 <= 5 ms, ``p99_ratio = mlflow p99 / our p99 >= 10``,
-``hot_swap_errors = 0``. At a fixed concurrency latency is mostly queueing (concurrency / rate),
+champion alias to v2 a third of the way in and goes on (the same payments, cycled) until v2 has
+answered a third as many requests, the poll being the configured one (``hot_swap_errors`` must
+stay 0; the responses show both versions). Last, ours once more in a fresh process with
+``explain_min_score = 0`` (``ours_explain_every_payment``: occlusion attribution on every payment,
+not only on those the score flags; ``explained`` counts the answers with ``top_features``).
+Goals: our p99 <= 5 ms, ``p99_ratio = mlflow p99 / our p99 >= 10``, ``hot_swap_errors = 0``. At a fixed concurrency latency is mostly queueing (concurrency / rate),
 so both figures track the CPU cost per request on the machine that ran them, client included.
 """
 
@@ -69,7 +70,7 @@ WARMUP_REQUESTS = 200
 HISTORY_DAYS = 7
 CARDS = {False: 4000, True: 1500}
 TRAIN_ROWS = 5000
-POLL_INTERVAL_S = 0.5  # the hot-swap run wants the swap to land inside the load
+SWAP_MAX_REQUESTS_FACTOR = 20  # the hot-swap run gives up waiting for the new version after 20 x requests
 START_TIMEOUT_S = 180.0
 # `fraudctl serve` in a fresh interpreter (works whether or not pipeline/cli/main.py registers it yet).
 FRAUDCTL = "from pipeline.cli.main import cli; cli()"
@@ -107,11 +108,11 @@ def _register(config: RegistryConfig, model: FraudModel, workdir: Path) -> int:
 
 
 def _conf_dir(workdir: Path, name: str = "conf", **model: float) -> Path:
-    """conf/dev with a fast alias poll, and the other ``[model]`` values given."""
+    """conf/dev, with the ``[model]`` values given."""
     conf = workdir / name
     shutil.copytree(PROJECT_ROOT / "conf" / "dev", conf)
     text = (conf / "serving.toml").read_text()
-    for key, value in {"poll_interval_s": POLL_INTERVAL_S, **model}.items():
+    for key, value in model.items():
         text, n = re.subn(rf"(?m)^{key} = [^ ]*", f"{key} = {value}", text)
         assert n == 1, f"conf/dev/serving.toml has no {key} line"
     (conf / "serving.toml").write_text(text)
@@ -196,14 +197,25 @@ class _Connection:
         self.reader = self.writer = None
 
 
-async def _load(url: str, bodies: list[bytes], on_progress: Callable[[int], None] | None = None) -> dict[str, Any]:
-    """POST every body once over CONCURRENCY connections; latency per request as the client sees it."""
+async def _load(url: str, bodies: list[bytes], on_progress: Callable[[int], None] | None = None,
+                more: Callable[[Counter[int]], bool] | None = None) -> dict[str, Any]:
+    """POST every body once over CONCURRENCY connections; latency per request as the client sees it.
+    ``more(versions answering so far)``: after the last body, start over from the first while it
+    says so (at most ``SWAP_MAX_REQUESTS_FACTOR`` times the bodies in all)."""
     parsed = httpx.URL(url)
     latencies: list[float] = []
     errors = 0
     versions: Counter[int] = Counter()
     explained = 0  # answers with top_features (ours)
-    pending = iter(range(len(bodies)))
+
+    def order() -> Iterator[int]:
+        sent = 0
+        while sent < len(bodies) or (more is not None and more(versions)
+                                     and sent < SWAP_MAX_REQUESTS_FACTOR * len(bodies)):
+            yield sent % len(bodies)
+            sent += 1
+
+    pending = order()
 
     async def worker() -> None:
         nonlocal errors, explained
@@ -229,8 +241,8 @@ async def _load(url: str, bodies: list[bytes], on_progress: Callable[[int], None
     await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
     wall = time.perf_counter() - started
     ms = np.array(latencies) * 1000
-    return {"requests": len(bodies), "p50_ms": round(float(np.percentile(ms, 50)), 3),
-            "p99_ms": round(float(np.percentile(ms, 99)), 3), "rps": round(len(bodies) / wall, 1),
+    return {"requests": len(latencies), "p50_ms": round(float(np.percentile(ms, 50)), 3),
+            "p99_ms": round(float(np.percentile(ms, 99)), 3), "rps": round(len(latencies) / wall, 1),
             "errors": errors, "versions": dict(versions), "explained": explained}
 
 
@@ -339,8 +351,10 @@ def _run(work: Path, env: dict[str, str], broker: EmbeddedBroker, n: int, quick:
             if done == n // 3:
                 client.set_registered_model_alias(registry.model_name, CHAMPION, str(v2))
 
-        # The same payments again (the service ignores ids it holds, so features are unchanged).
-        swap = asyncio.run(_load(f"{ours_url}/score", ours_bodies[WARMUP_REQUESTS:], move_alias))
+        # The same payments again (the service ignores ids it holds, so features are unchanged), and
+        # again until v2 has answered a third as many as were sent: the alias poll is the configured one.
+        swap = asyncio.run(_load(f"{ours_url}/score", ours_bodies[WARMUP_REQUESTS:], move_alias,
+                                 more=lambda versions: versions[v2] < n // 3))
         health = httpx.get(f"{ours_url}/health").json()
     explain_all = _explain_every_payment(work, env, ours_bodies, v2, consumed)
     for result in (ours_result, mlflow_result, explain_all):
