@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+from torch.distributed.constants import default_pg_timeout
 
 
 class ReplicaMismatch(RuntimeError):
@@ -48,9 +49,28 @@ def init_distributed(init_method: str | None = None, rank: int | None = None,
         if init_method is None and "MASTER_ADDR" not in os.environ and world_size == 1:
             # A lone process (no torchrun): an in-memory store needs no port.
             dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+        elif init_method is None and "TORCHELASTIC_RESTART_COUNT" in os.environ:
+            dist.init_process_group(backend, store=_restart_round_store(rank, world_size), rank=rank,
+                                    world_size=world_size)
         else:
             dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size)
     return DistEnv(rank, world_size, local_rank, backend, device)
+
+
+def _restart_round_store(rank: int, world_size: int) -> dist.Store:
+    """The rendezvous store of this torchrun restart round: torchrun's store under a per-round prefix.
+
+    torchrun's agent keeps one TCPStore across restart rounds and its workers join it without a
+    per-round prefix (torch.distributed.rendezvous assumes a new store per retry). A restarted rank
+    could then read the dead round's gloo addresses before its peers overwrite them and fail with
+    "connectFullMesh ... Connection refused", the more often the more loaded the host (what the
+    SIGKILL test hit). The prefix keeps each round's keys apart.
+    """
+    agent_hosts_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True)
+    hosts = not agent_hosts_store and rank == 0  # otherwise rank 0 hosts it, as torch does
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size, is_master=hosts,
+                          timeout=default_pg_timeout, multi_tenant=hosts)
+    return dist.PrefixStore(f"fraud-train/restart-{os.environ['TORCHELASTIC_RESTART_COUNT']}", store)
 
 
 def destroy_distributed() -> None:
