@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import numpy as np
 import pandas as pd
@@ -156,25 +155,3 @@ def test_a_config_saved_before_bins_and_members_loads_as_the_original_architectu
             ("fc2.weight", (16, 32)), ("fc2.bias", (16,)))},
         "head.0.weight": (16,), "head.0.bias": (16,), "head.1.weight": (1, 16), "head.1.bias": (1,),
     }
-
-
-def test_single_row_cpu_latency_is_well_under_a_millisecond():
-    torch.manual_seed(0)
-    # conf/prod's model on the real feature count (29 numeric, 3 categorical).
-    model = FraudModel(FraudModelConfig(tuple(f"n{i}" for i in range(29)), {"a": 512, "b": 16, "c": 256},
-                                        embedding_dim=8, hidden_dim=128, num_blocks=2, numeric_bins=16,
-                                        ensemble_size=4)).eval()
-    x, c = torch.randn(1, 29), torch.ones(1, 3, dtype=torch.int64)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # a scoring worker serves one request per thread
-    try:
-        timings = []
-        with torch.no_grad():
-            for _ in range(300):
-                start = time.perf_counter()
-                model.predict_proba(x, c)
-                timings.append(time.perf_counter() - start)
-    finally:
-        torch.set_num_threads(threads)
-    # ~0.2-0.3 ms measured on an idle core; the median tolerates a busy CI host, 1 ms does not.
-    assert float(np.median(timings[50:])) < 1e-3
