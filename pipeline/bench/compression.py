@@ -24,9 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from models.fraud_mlp import frame_to_tensors, load_model
+from pipeline.backtest import score_frame
 from pipeline.bench.dataset import bench_dataset_root
 from pipeline.bench.train import BENCH_MODEL, run_bench_training
 from pipeline.paths import state_dir
@@ -67,13 +65,6 @@ def _steady_bytes(steps: list[dict[str, Any]], after_step: int) -> float:
     return statistics.fmean(steady) if steady else float("nan")
 
 
-def _holdout_scores(run: RunDir, holdout: Holdout) -> Any:
-    model = load_model(run.model)
-    numeric, categorical = frame_to_tensors(holdout.frame, model.config)
-    with torch.no_grad():
-        return model.predict_proba(numeric, categorical).numpy()
-
-
 def _train_and_score(workdir: Path, variant: Variant, seed: int, root: Path, holdout: Holdout,
                      quick: bool) -> dict[str, Any]:
     epochs, dense_warmup = EPOCHS[quick], DENSE_WARMUP_STEPS[quick]
@@ -87,7 +78,7 @@ def _train_and_score(workdir: Path, variant: Variant, seed: int, root: Path, hol
     }
     name = f"{variant.name}-seed{seed}"
     summary, steps = run_bench_training(workdir, name, root, 2, overrides)
-    metrics = holdout_metrics(holdout, _holdout_scores(RunDir(workdir / name), holdout))
+    metrics = holdout_metrics(holdout, score_frame(RunDir(workdir / name), holdout.frame))
     shutil.rmtree(workdir / name, ignore_errors=True)
     warm = dense_warmup + round(DENSITY_WARMUP_EPOCHS[quick] * summary.global_step / epochs)
     sparse = variant.compression["method"] != "allreduce"

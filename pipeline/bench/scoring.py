@@ -65,6 +65,7 @@ from pipeline.paths import ENV_VAR_STATE_DIR
 from pipeline.registry.config import RegistryConfig, resolved_tracking_uri
 from pipeline.registry.model_package import log_pyfunc_model, register_version
 from pipeline.registry.store import CHAMPION, connect, ensure_experiment
+from pipeline.serving.config import load_serving_config
 from pipeline.simulation import SimulationConfig, simulate
 
 CONCURRENCY = 8
@@ -264,6 +265,16 @@ async def _load(url: str, bodies: list[bytes], on_progress: Callable[[int], None
             "errors": errors, "versions": dict(versions), "explained": explained}
 
 
+def _ours_command(port: int) -> list[str]:
+    return [sys.executable, "-c", FRAUDCTL, "serve", "--port", str(port)]
+
+
+def _ours_ready(version: int, consumed: int) -> Callable[[httpx.Response], bool]:
+    """/health says: ``version`` is live and the history (``consumed`` records) is in the features."""
+    return lambda r: (r.status_code == 200 and r.json()["model"]["version"] == version
+                      and sum(r.json()["stream"]["consumed"].values()) >= consumed)
+
+
 def _explain_every_payment(work: Path, env: dict[str, str], bodies: list[bytes], version: int,
                            consumed: int) -> dict[str, Any]:
     """Ours again (a fresh process, same history, same payments) with ``explain_min_score = 0``:
@@ -271,17 +282,10 @@ def _explain_every_payment(work: Path, env: dict[str, str], bodies: list[bytes],
     conf = _conf_dir(work, "conf-explain-all", explain_min_score=0.0)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    with _process([sys.executable, "-c", FRAUDCTL, "serve", "--port", str(port)], {**env, ENV_VAR_CONF_DIR: str(conf)},
-                  work / "ours-explain-all.log") as proc:
-        _wait_ready(f"{url}/health", proc, work / "ours-explain-all.log",
-                    lambda r: r.status_code == 200 and r.json()["model"]["version"] == version
-                    and sum(r.json()["stream"]["consumed"].values()) >= consumed)
+    with _process(_ours_command(port), {**env, ENV_VAR_CONF_DIR: str(conf)}, work / "ours-explain-all.log") as proc:
+        _wait_ready(f"{url}/health", proc, work / "ours-explain-all.log", _ours_ready(version, consumed))
         asyncio.run(_load(f"{url}/score", bodies[:WARMUP_REQUESTS]))
         return asyncio.run(_load(f"{url}/score", bodies[WARMUP_REQUESTS:]))
-
-
-def _serving_value(conf: Path, key: str) -> float:
-    return float(re.search(rf"(?m)^{key} = ([^ ]*)", (conf / "serving.toml").read_text()).group(1))
 
 
 def _bodies(today: pd.DataFrame, features: pd.DataFrame) -> tuple[list[bytes], list[bytes]]:
@@ -348,7 +352,6 @@ def _run(work: Path, env: dict[str, str], broker: EmbeddedBroker, n: int, quick:
         assert report.ok, report.errors
 
     ours_port, mlflow_port = free_port(), free_port()
-    ours_cmd = [sys.executable, "-c", FRAUDCTL, "serve", "--port", str(ours_port)]
     mlflow_cmd = [str(Path(sys.executable).parent / "mlflow"), "models", "serve",
                   "-m", f"models:/{registry.model_name}@{CHAMPION}", "--env-manager", "local",
                   "-h", "127.0.0.1", "-p", str(mlflow_port)]
@@ -356,11 +359,9 @@ def _run(work: Path, env: dict[str, str], broker: EmbeddedBroker, n: int, quick:
     ours_url, mlflow_url = f"http://127.0.0.1:{ours_port}", f"http://127.0.0.1:{mlflow_port}"
     ours_bodies, mlflow_bodies = _bodies(today, features)
     consumed = len(history) + len(labels)
-    with _process(ours_cmd, env, work / "ours.log") as ours, \
+    with _process(_ours_command(ours_port), env, work / "ours.log") as ours, \
             _process(mlflow_cmd, mlflow_env, work / "mlflow.log") as theirs:
-        _wait_ready(f"{ours_url}/health", ours, work / "ours.log",
-                    lambda r: r.status_code == 200 and r.json()["model"]["version"] == v1
-                    and sum(r.json()["stream"]["consumed"].values()) >= consumed)
+        _wait_ready(f"{ours_url}/health", ours, work / "ours.log", _ours_ready(v1, consumed))
         _wait_ready(f"{mlflow_url}/ping", theirs, work / "mlflow.log", lambda r: r.status_code == 200)
         asyncio.run(_load(f"{ours_url}/score", ours_bodies[:WARMUP_REQUESTS]))
         asyncio.run(_load(f"{mlflow_url}/invocations", mlflow_bodies[:WARMUP_REQUESTS]))
@@ -384,7 +385,7 @@ def _run(work: Path, env: dict[str, str], broker: EmbeddedBroker, n: int, quick:
         "concurrency": CONCURRENCY, "requests": n, "warmup_requests": WARMUP_REQUESTS,
         "history_payments": len(history), "model": BENCH_MODEL, "model_single_row": single_row,
         "ours": ours_result, "mlflow_serve": mlflow_result, "ours_explain_every_payment": explain_all,
-        "explain_min_score": _serving_value(work / "conf", "explain_min_score"),
+        "explain_min_score": load_serving_config(path=work / "conf" / "serving.toml").model.explain_min_score,
         "p99_ratio": round(mlflow_result["p99_ms"] / ours_result["p99_ms"], 2),
         "hot_swap_errors": swap["errors"],
         "hot_swap": {**swap, "from_version": v1, "to_version": v2,
