@@ -66,6 +66,7 @@ from pipeline.registry.config import RegistryConfig, resolved_tracking_uri
 from pipeline.registry.model_package import log_pyfunc_model, register_version
 from pipeline.registry.store import CHAMPION, connect, ensure_experiment
 from pipeline.serving.config import load_serving_config
+from pipeline.serving.scorer import traced_probability
 from pipeline.simulation import SimulationConfig, simulate
 
 CONCURRENCY = 8
@@ -103,19 +104,25 @@ def _train(features: pd.DataFrame, seed: int) -> FraudModel:
     return model.eval()
 
 
-def _single_row_ms(model: FraudModel, features: pd.DataFrame, calls: int = 2000) -> dict[str, float]:
+def _single_row_ms(model: FraudModel, features: pd.DataFrame, calls: int = 2000) -> dict[str, Any]:
     """One payment's forward on one thread (what the scoring thread does per lone request), in
-    ms: p50 and p99 over ``calls`` real feature rows after a warm-up."""
+    ms: p50 and p99 over ``calls`` real feature rows after a warm-up, for the traced graph the
+    service scores with and for the eager module."""
     numeric, categorical = frame_to_tensors(features.head(calls), model.config)
-    timings = []
-    with torch.inference_mode():
-        for i in range(-100, len(numeric)):
-            started = time.perf_counter()
-            model.predict_proba(numeric[i: i + 1], categorical[i: i + 1])
-            if i >= 0:
-                timings.append((time.perf_counter() - started) * 1000)
-    return {"p50_ms": round(float(np.percentile(timings, 50)), 3), "p99_ms": round(float(np.percentile(timings, 99)), 3),
-            "calls": len(timings), "threads": torch.get_num_threads()}
+
+    def timed(forward: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> dict[str, float]:
+        timings = []
+        with torch.inference_mode():
+            for i in range(-100, len(numeric)):
+                started = time.perf_counter()
+                forward(numeric[i: i + 1], categorical[i: i + 1])
+                if i >= 0:
+                    timings.append((time.perf_counter() - started) * 1000)
+        return {"p50_ms": round(float(np.percentile(timings, 50)), 3),
+                "p99_ms": round(float(np.percentile(timings, 99)), 3)}
+
+    return {**timed(traced_probability(model)), "eager": timed(model.predict_proba), "calls": len(numeric),
+            "threads": torch.get_num_threads()}
 
 
 def _register(config: RegistryConfig, model: FraudModel, workdir: Path) -> int:

@@ -25,6 +25,7 @@ gives the same answers through the same code). :class:`TimingMiddleware` wraps b
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
@@ -33,6 +34,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import msgspec
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from starlette.concurrency import run_in_threadpool
@@ -43,6 +45,7 @@ from pipeline.contract import FIELDS_BY_KIND, Kind, Rejection, RejectReason, val
 from pipeline.serving.batcher import ScoreBatcher
 from pipeline.serving.config import AdminConfig, ServerConfig
 from pipeline.serving.errors import NotReady, ServingError
+from pipeline.serving.heap import freeze_startup_heap
 from pipeline.serving.metrics import render
 from pipeline.serving.service import ScoringService
 from pipeline.serving.telemetry import HttpMetrics, service_families
@@ -70,8 +73,12 @@ def refusal(rejection: Rejection, index: int | None = None) -> RequestRefused:
     return RequestRefused(status, rejection.reason.value, rejection.detail, rejection.field, index)
 
 
+_ENCODER = msgspec.json.Encoder()
+
+
 def dumps(body: Any) -> bytes:
-    return json.dumps(body, separators=(",", ":")).encode()
+    """Compact JSON (msgspec: a tenth of the json module's time for a /score answer)."""
+    return _ENCODER.encode(body)
 
 
 def json_response(body: Any, status: int = 200) -> Response:
@@ -214,12 +221,20 @@ def create_app(service: ScoringService, server: ServerConfig, admin: AdminConfig
     ``service`` and the scoring thread."""
     batcher = ScoreBatcher(service.score_batch)
 
+    async def freeze_heap_once_seeded() -> None:
+        while not await run_in_threadpool(service.wait_seeded, 1.0):  # a second at a time: cancellable
+            pass
+        freeze_startup_heap()  # on the event loop: nothing else runs while it collects
+
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await run_in_threadpool(service.start)
+        freezing = asyncio.get_running_loop().create_task(freeze_heap_once_seeded()) if server.freeze_heap else None
         try:
             yield
         finally:
+            if freezing is not None:
+                freezing.cancel()
             await run_in_threadpool(batcher.close)
             await run_in_threadpool(service.stop)
 

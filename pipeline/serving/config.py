@@ -33,6 +33,7 @@ class ServerConfig:
     max_batch_bytes: int = 1_048_576  # POST /score/batch
     max_batch_items: int = 500
     limit_concurrency: int = 512  # open connections beyond this get 503 from uvicorn instead of queueing
+    freeze_heap: bool = False  # once started and seeded, freeze start-up's objects out of GC (serving.heap)
 
 
 @dataclass(frozen=True)

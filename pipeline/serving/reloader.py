@@ -133,5 +133,6 @@ class ModelReloader:
         active = self._active
         return {"alias": self.alias, "version": active.version if active else None,
                 "loaded_at": active.loaded_at if active else None, "alias_version": self.alias_version,
+                "forward": active.forward if active else None,
                 "pinned": self.pinned, "loads": dict(self.loads),
                 "last_error": self.last_error.to_dict() if self.last_error else None}

@@ -169,6 +169,11 @@ class ScoringService:
                            Reasons(verdict.decided_by, hit_names, verdict.thresholds, scored.top_features))
 
     # -- state ---------------------------------------------------------------------------------------
+    def wait_seeded(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for the features to be seeded from the raw store; True once they are
+        (at once when nothing seeds them)."""
+        return self.parts.feed is None or self.parts.feed.seeded.wait(timeout_s)
+
     def readiness(self) -> list[str]:
         """Why the service is not ready (empty: ready)."""
         problems = []

@@ -83,3 +83,33 @@ def test_scoring_together_equals_scoring_one_by_one(models, monkeypatch):
         assert [t.contribution for t in b.top_features] == pytest.approx([t.contribution for t in a.top_features],
                                                                           rel=1e-4, abs=1e-7)
     assert scorer.score_many([]) == []
+
+
+def test_warm_up_switches_to_the_traced_graph_which_scores_and_explains_like_the_module(models):
+    rows = warmup_rows(factory.PARAMS, 20)
+    eager = Scorer(models.good, 7, explain_top_k=3)
+    traced = Scorer(models.good, 7, explain_top_k=3)
+    traced.warm_up(warmup_rows(factory.PARAMS, 4))
+    assert (eager.forward, traced.forward) == ("eager", "torchscript")
+    for a, b in zip(eager.score_many(rows), traced.score_many(rows), strict=True):
+        assert b.score == pytest.approx(a.score, abs=1e-6)
+        assert [t.feature for t in b.top_features] == [t.feature for t in a.top_features]
+    assert traced.score_many(rows[:1])[0].score == pytest.approx(eager.score(rows[0]).score, abs=1e-6)  # batch of one
+
+
+def test_a_graph_that_fails_to_trace_or_disagrees_leaves_the_version_serving_eagerly(models, monkeypatch):
+    import pipeline.serving.scorer as scorer_module
+    rows = warmup_rows(factory.PARAMS, 4)
+
+    def untraceable(model):
+        raise RuntimeError("no TorchScript in this torch")
+
+    def off_by_a_little(model):
+        return lambda numeric, categorical: model.predict_proba(numeric, categorical) + 1e-4
+
+    for replacement in (untraceable, off_by_a_little):
+        monkeypatch.setattr(scorer_module, "traced_probability", replacement)
+        scorer = Scorer(models.good, 7, explain_top_k=3)
+        scorer.warm_up(rows)
+        assert scorer.forward == "eager"
+        assert scorer.score(rows[0]).score == factory.score_row(models.good, rows[0])
