@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -89,11 +90,13 @@ class _RangeReader:
         r = self.r
         # Ask for no more than the range still holds: consume() returns as soon as that many arrived.
         messages = self.consumer.consume(num_messages=min(fetch_batch, r.end - self.expected), timeout=1.0)
+        records = []
         for msg in messages:
             err = msg.error()
-            if err is not None and err.code() != KafkaError._PARTITION_EOF:
+            if err is None:
+                records.append(msg)
+            elif err.code() != KafkaError._PARTITION_EOF:
                 raise KafkaReadError(f"{r.topic}[{r.partition}] read failed near offset {self.expected}: {err}")
-        records = [m for m in messages if m.error() is None]
         offsets = [m.offset() for m in records]
         if offsets and offsets[-1] >= r.end:  # the fetch ran past the range: keep only what is inside
             keep = bisect.bisect_left(offsets, r.end)
@@ -105,8 +108,8 @@ class _RangeReader:
                                  f"(deleted by retention after planning); rerun, or --allow-data-loss")
         self.expected = max(self.expected, offsets[-1] + 1)
         self.last_progress = time.monotonic()
-        stamps = [ms * 1000 if kind and ms >= 0 else None for kind, ms in (m.timestamp() for m in records)]
-        return _batch(r, offsets, stamps, [m.key() for m in records], [m.value() for m in records])
+        return _batch(r, offsets, [m.timestamp() for m in records], [m.key() for m in records],
+                      [m.value() for m in records])
 
     def finished(self) -> bool:
         """The range is done: its last offset was read, or the consumer's position passed the end
@@ -145,13 +148,16 @@ def read_range(client: dict, r: OffsetRange, fetch_batch: int, stall_timeout_s: 
         reader.consumer.close()
 
 
-def _batch(r: OffsetRange, offsets: list, stamps: list, keys: list, values: list) -> pa.RecordBatch:
+def _batch(r: OffsetRange, offsets: list, stamps: list[tuple[int, int]], keys: list, values: list) -> pa.RecordBatch:
+    """``stamps``: librdkafka's ``(type, ms)`` per record; no timestamp (type 0, or ms < 0) is null."""
     n = len(offsets)
+    typed_ms = np.array(stamps, dtype=np.int64).reshape(n, 2)  # per-record Python work ends here
+    missing = (typed_ms[:, 0] == 0) | (typed_ms[:, 1] < 0)
     return pa.RecordBatch.from_arrays([
-        pa.array([r.topic] * n, pa.string()),
-        pa.array([r.partition] * n, pa.int32()),
+        pa.repeat(r.topic, n).cast(pa.string()),
+        pa.repeat(pa.scalar(r.partition, pa.int32()), n),
         pa.array(offsets, pa.int64()),
-        pa.array(stamps, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        pa.array(typed_ms[:, 1] * 1000, pa.int64(), mask=missing).cast(pa.timestamp("us", tz="UTC")),
         pa.array(keys, pa.binary()),
         pa.array(values, pa.binary()),
     ], schema=ARROW_SCHEMA)

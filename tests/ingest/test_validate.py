@@ -122,3 +122,21 @@ def test_out_of_range_times_and_amounts_get_the_contract_reasons():
                json.dumps({**GOOD_TX, "amount": 10**400}).encode()]
     out = validate_values(pa.array(records, pa.binary()), Kind.TRANSACTION)
     assert out[REASON].to_pylist() == ["bad_time", "non_finite_amount"]
+
+
+@pytest.mark.parametrize("kind,corpus", [(Kind.TRANSACTION, TX_CORPUS), (Kind.LABEL, LABEL_CORPUS)])
+def test_a_slice_whose_neighbours_hold_line_breaks_gets_the_contract_reasons(kind, corpus):
+    # The line-break screen reads the array's whole data buffer: a break outside the slice only
+    # sends the slice to the per-value search, and the verdicts stay the contract's.
+    clean = [v for v in corpus if b"\n" not in v and b"\r" not in v]
+    padded = pa.array([b'{"pretty":\n1}', *clean, b'{"crlf":\r\n2}'], pa.binary())
+    out = validate_values(padded.slice(1, len(clean)), kind)
+    assert list(zip(out[REASON].to_pylist(), out[FIELD].to_pylist(), strict=True)) == python_reasons(clean, kind)
+
+
+def test_records_with_line_breaks_between_tokens_take_the_contract_path():
+    good = json.dumps({**GOOD_TX, "transaction_id": "t-pretty"}, indent=1).encode()
+    records = [json.dumps({**GOOD_TX, "transaction_id": f"t-{i}"}).encode() for i in range(100)] + [good]
+    out = validate_values(pa.array(records, pa.binary()), Kind.TRANSACTION)
+    assert out[REASON].null_count == len(records)  # valid to the contract, as json.loads reads it
+    assert out[ROUTED].to_pylist() == [False] * 100 + [True]
