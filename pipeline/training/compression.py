@@ -79,15 +79,26 @@ def select_topk(acc: torch.Tensor, k: int, weight: torch.Tensor | None = None) -
     return acc[indices], indices
 
 
+class GatheredGarbage(RuntimeError):
+    """A rank's gathered (value, index) pairs cannot be from a well-formed top-k payload."""
+
+
 def densify(values: list[torch.Tensor], indices: list[torch.Tensor], numel: int, world_size: int,
             out: torch.Tensor | None = None) -> torch.Tensor:
     """Sum every rank's sparse (values, indices) into a dense vector and divide by ``world_size``.
 
     Indices chosen by several ranks add up. Ranks are added in rank order, so every replica computes
-    the same bits.
+    the same bits. An index outside ``[0, numel)`` raises :class:`GatheredGarbage`.
     """
     dense = torch.zeros(numel, dtype=values[0].dtype, device=values[0].device) if out is None else out.zero_()
-    for v, i in zip(values, indices, strict=True):
+    for rank, (v, i) in enumerate(zip(values, indices, strict=True)):
+        if i.numel() and (int(i.min()) < 0 or int(i.max()) >= numel):
+            raise GatheredGarbage(
+                f"the top-k all-gather gave rank {rank}'s indices outside this bucket's {numel} values "
+                f"({int(i.min())}..{int(i.max())}): that peer most likely left mid-collective (killed or "
+                "crashed) and the backend handed back a partly written buffer. This step is dropped; under "
+                "torchrun the round restarts from the last checkpoint. If no rank died, report it: the "
+                "ranks disagree on the model's layout")
         dense.index_add_(0, i, v)
     return dense.div_(world_size)
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from pipeline.training.compression import (
+    GatheredGarbage,
     TopKCompressor,
     clip_norm_,
     densify,
@@ -112,6 +113,14 @@ def test_densify_sums_indices_chosen_by_several_ranks_and_averages():
     indices = [torch.tensor([0, 3]), torch.tensor([3, 1])]
     out = densify(values, indices, numel=5, world_size=2)
     assert out.tolist() == [0.5, 4.0, 0.0, 3.0, 0.0]  # index 3: (2 + 4) / 2
+
+
+@pytest.mark.parametrize("garbage", [[3, 5], [-1, 0], [2**31 - 1, 1]])
+def test_densify_names_the_rank_whose_gathered_indices_cannot_be_a_payload(garbage):
+    # What a peer killed mid all-gather leaves behind: gloo returns a partly written buffer.
+    values = [torch.tensor([1.0, 2.0]), torch.tensor([4.0, 8.0])]
+    with pytest.raises(GatheredGarbage, match="rank 1's indices outside this bucket's 5 values.*left mid-collective"):
+        densify(values, [torch.tensor([0, 3]), torch.tensor(garbage)], numel=5, world_size=2)
 
 
 def test_state_dict_round_trip():
