@@ -132,6 +132,11 @@ def test_zero_and_huge_amounts_stay_finite():
     assert to_cents(np.array([1e300]))[0] == 2**31 - 1
 
 
+def test_cents_round_half_up_and_clamp_what_is_not_an_amount():
+    amounts = np.array([math.nan, math.inf, -math.inf, -0.01, -0.0, 0.005, 0.015, 12.344999, 12.345, 1e300])
+    assert to_cents(amounts).tolist() == [0, 2**31 - 1, 0, 0, 0, 1, 2, 1234, 1235, 2**31 - 1]
+
+
 def test_merchant_counts_and_label_delayed_fraud_rates():
     tx = KeyedTimes(np.array([0, 0, 0, 0]), np.array([T0 + 10 * H, T0 + 34 * H, T0 + 58 * H, T0 + 60 * H]))
     # A's fraud became known at T0+57h (before C, after B); B's exactly at E's time (not before it).
