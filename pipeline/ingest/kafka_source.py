@@ -154,7 +154,7 @@ def _batch(r: OffsetRange, offsets: list, stamps: list[tuple[int, int]], keys: l
     typed_ms = np.array(stamps, dtype=np.int64).reshape(n, 2)  # per-record Python work ends here
     missing = (typed_ms[:, 0] == 0) | (typed_ms[:, 1] < 0)
     return pa.RecordBatch.from_arrays([
-        pa.repeat(r.topic, n).cast(pa.string()),
+        pa.repeat(r.topic, n),
         pa.repeat(pa.scalar(r.partition, pa.int32()), n),
         pa.array(offsets, pa.int64()),
         pa.array(typed_ms[:, 1] * 1000, pa.int64(), mask=missing).cast(pa.timestamp("us", tz="UTC")),

@@ -3,7 +3,7 @@
 A full (generation 2) collection walks every container object alive and holds the GIL meanwhile, so
 every request in flight waits for it. In a started service those objects are mostly start-up's:
 torch's, MLflow's, SQLAlchemy's and FastAPI's modules, the model, the seeded feature history. Full
-collections measured 130-230 ms each in the scoring bench's server, and CPython runs one whenever
+collections measured 130-300 ms each in the scoring bench's server, and CPython runs one whenever
 the objects that survived collections have grown by a quarter, which a service that keeps learning
 payments does now and then, under load.
 

@@ -195,7 +195,7 @@ class Scorer:
             with torch.inference_mode():
                 inputs = torch.from_numpy(numeric), torch.from_numpy(categorical)
                 gap = (graph(*inputs) - self.model.predict_proba(*inputs)).abs().max().item()
-        except Exception as exc:  # noqa: BLE001 - any tracing failure: the eager module still scores correctly
+        except Exception as exc:  # any tracing failure: the eager module still scores correctly
             log.warning("version %s: TorchScript tracing failed (%s); scoring with the eager module", self.version, exc)
             return
         if not gap <= TRACE_TOLERANCE:
