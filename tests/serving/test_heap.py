@@ -28,7 +28,8 @@ def test_freezing_collects_first_then_moves_every_live_object_out_of_collections
     try:
         frozen = freeze_startup_heap()
         assert garbage_ref() is None  # collected before the freeze, not frozen for ever
-        assert frozen == gc.get_freeze_count() > 0
+        # Frozen objects still die by reference counting (other threads run meanwhile): never more.
+        assert frozen >= gc.get_freeze_count() > 0.99 * frozen > 0
         assert gc.get_threshold()[0] == YOUNG_THRESHOLD
         assert not any(kept is o for o in gc.get_objects())  # alive, frozen: no collection walks it
     finally:
