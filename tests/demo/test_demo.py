@@ -13,20 +13,36 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 
 import pyarrow.dataset as pads
 import pytest
 from mlflow import MlflowClient
 
+from pipeline.config import PROJECT_ROOT
 from pipeline.demo.nights import DemoConfig, load_played
 from pipeline.demo.run import run_demo
 from pipeline.demo.serving import LIVE_PAYMENTS
 from pipeline.ingest.config import load_ingest_config
 from pipeline.nightly.records import NightLedger, NightReport
 from pipeline.registry.config import load_registry_config, resolved_tracking_uri
+from pipeline.training.config import derive_train_config, write_train_toml
 
 SMALL = DemoConfig(num_cards=2500, num_merchants=500, first_night_days=35, days_per_night=1,
                    train_processes=2, dirty_records_per_night=12)
+# The demo's 15 epochs make a good model; the test needs a model the gate can judge either way,
+# and training is tested on its own (tests/training): 4 epochs halve the test's time.
+TEST_EPOCHS = 4
+
+
+@pytest.fixture
+def dev_conf_training_shorter(tmp_path, monkeypatch):
+    """conf/dev as a deployment's own directory ($FRAUD_CONF_DIR), training TEST_EPOCHS epochs."""
+    conf = tmp_path / "conf"
+    shutil.copytree(PROJECT_ROOT / "conf" / "dev", conf)
+    write_train_toml(derive_train_config("dev", {"loop": {"epochs": TEST_EPOCHS}}), conf / "train.toml")
+    monkeypatch.setenv("FRAUD_CONF_DIR", str(conf))
+    return conf
 
 
 def _raw_transaction_ids(state_dir):
@@ -60,7 +76,7 @@ def _check_serving(lines: list[str], champion: int | None) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(2400)  # two nights of every component on a shared 2-core machine
-def test_two_nights_publish_ingest_train_and_gate(state_dir):
+def test_two_nights_publish_ingest_train_and_gate(state_dir, dev_conf_training_shorter):
     lines: list[str] = []
     first = run_demo("dev", SMALL, lines.append)
     # Promoted, or rejected with reasons: both are decisions, not errors.
