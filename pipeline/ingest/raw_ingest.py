@@ -4,15 +4,18 @@ duplicates, count orphan labels, check the accounting, commit.
 Order of effects (what makes a SIGKILL at any point safe):
 1. discard files of runs that never committed;
 2. plan ``[committed, end)`` per partition, end taken once from ``pipeline.kafka.admin.end_offsets``;
-3. per topic, transactions first: the Kafka read tasks write accepted and refused records under
-   this run's id (invisible so far); duplicates then move from the run's raw files to its
-   quarantine; labels whose transaction is in neither the store nor this run are counted;
+3. per topic: the Kafka read tasks write accepted and refused records under this run's id
+   (invisible so far); duplicates then move from the run's raw files to its quarantine; labels
+   whose transaction is in neither the store nor this run are counted. The labels are read while
+   the transactions' duplicates are checked, and checked after them;
 4. check that the files hold exactly what was accounted, write the run manifest;
 5. commit: one atomic replace of the offset file adds the run id, offsets and watermarks.
 """
 
 from __future__ import annotations
 
+import contextvars
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -94,27 +97,43 @@ def count_orphans(store: RawStore, run_id: str) -> int:
     return count_orphan_labels(store.run_files(run_id, Kind.LABEL)[0], transactions)
 
 
-def ingest_topic(spark: SparkSession, store: RawStore, config: IngestConfig, kafka: KafkaConfig,
-                 plan: OffsetPlan, kind: Kind, run_id: str, run_started: datetime, allow_data_loss: bool,
-                 progress: Progress) -> LandedTopic:
-    """Land one topic's planned ranges under ``run_id``, drop duplicates, count orphan labels,
-    check the accounting. Labels need this run's transactions landed first."""
-    if plan.records == 0:  # nothing new: skip the Spark jobs, account zeros
-        return LandedTopic(account(plan, kind.value, {}, {}, 0), {})
+@dataclass(frozen=True)
+class _Landed:
+    """One topic's read tasks' outcome, before its duplicates and accounting are checked."""
+
+    read: dict
+    outcomes: dict
+    watermarks: dict[int, int]
+
+
+def land(spark: SparkSession, store: RawStore, config: IngestConfig, kafka: KafkaConfig, plan: OffsetPlan,
+         kind: Kind, run_id: str, run_started: datetime, allow_data_loss: bool, progress: Progress) -> _Landed:
+    """Land one topic's planned ranges under ``run_id`` (a Spark job; nothing when nothing is planned)."""
+    if plan.records == 0:  # nothing new: skip the Spark job, account zeros
+        return _Landed({}, {}, {})
     with progress.stage(f"{kind.value}s: read + validate + land") as counts:
         chunks = land_topic(spark, store, config, kafka, plan, kind, run_id, run_started, allow_data_loss)
         read, outcomes, watermarks = merge_summaries(chunks)
         counts.update(read=sum(read.values()), accepted=outcomes.get(None, 0),
                       quarantined=sum(n for r, n in outcomes.items() if r is not None))
+    return _Landed(read, outcomes, watermarks)
+
+
+def check_landed(store: RawStore, plan: OffsetPlan, kind: Kind, run_id: str, landed: _Landed,
+                 progress: Progress) -> LandedTopic:
+    """Drop the landed topic's duplicates, count orphan labels, check the accounting (on the driver).
+    Labels need this run's transactions landed and checked first."""
+    if plan.records == 0:
+        return LandedTopic(account(plan, kind.value, {}, {}, 0), {})
     with progress.stage(f"{kind.value}s: duplicates + check") as counts:
         duplicates = drop_duplicates(store, kind, run_id)
         orphans = count_orphans(store, run_id) if kind is Kind.LABEL else 0
-        accounting = account(plan, kind.value, read, outcomes, duplicates, orphans)
+        accounting = account(plan, kind.value, landed.read, landed.outcomes, duplicates, orphans)
         verify_landed(accounting, *store.count_run_rows(run_id, kind))
         counts.update(duplicates=duplicates, valid=accounting.valid)
         if kind is Kind.LABEL:
             counts["orphan_labels"] = orphans
-    return LandedTopic(accounting, watermarks)
+    return LandedTopic(accounting, landed.watermarks)
 
 
 def prepare_run(store: RawStore, kafka: KafkaConfig, allow_data_loss: bool, progress: Progress) -> dict[Kind, OffsetPlan]:
@@ -136,10 +155,19 @@ def land_and_commit(spark: SparkSession, store: RawStore, config: IngestConfig, 
                     progress: Progress) -> IngestResult:
     """Steps 3-5: land every planned range under ``run_id``, then commit. Call with the store locked."""
     run_started = datetime.now(UTC)
-    # Transactions before labels: counting orphan labels looks at this run's landed transactions.
-    landed = {kind: ingest_topic(spark, store, config, kafka, plans[kind], kind, run_id, run_started,
-                                 allow_data_loss, progress)
-              for kind in (Kind.TRANSACTION, Kind.LABEL)}
+    tx, labels = plans[Kind.TRANSACTION], plans[Kind.LABEL]
+    landed_tx = land(spark, store, config, kafka, tx, Kind.TRANSACTION, run_id, run_started, allow_data_loss, progress)
+    # The labels' Spark job runs while the driver checks the transactions' duplicates (Arrow, mostly
+    # without the GIL): the two overlap instead of queueing. Leaving the pool waits for the labels'
+    # job, so a failed check never leaves it running; its files stay uncommitted (step 1 discards them).
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="land-labels") as pool:
+        landing_labels = pool.submit(contextvars.copy_context().run, land, spark, store, config, kafka, labels,
+                                     Kind.LABEL, run_id, run_started, allow_data_loss, progress)
+        checked_tx = check_landed(store, tx, Kind.TRANSACTION, run_id, landed_tx, progress)
+        landed_labels = landing_labels.result()
+    # Counting orphan labels looks at this run's landed and deduplicated transactions.
+    landed = {Kind.TRANSACTION: checked_tx,
+              Kind.LABEL: check_landed(store, labels, Kind.LABEL, run_id, landed_labels, progress)}
     accounting = tuple(t.accounting for t in landed.values())
     with progress.stage("commit") as counts:
         manifest = store.write_run_manifest(run_id, {

@@ -4,6 +4,8 @@ the quarantine keeps the reject detail and the bytes as read."""
 from __future__ import annotations
 
 import dataclasses
+import threading
+import time
 
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
@@ -11,6 +13,8 @@ import pytest
 from rich.console import Console
 
 from pipeline.contract import Kind, validate_event
+from pipeline.ingest import raw_ingest
+from pipeline.ingest.accounting import AccountingError
 from pipeline.ingest.config import load_ingest_config
 from pipeline.ingest.job import run_raw_ingest
 from pipeline.ingest.progress import Progress, print_summary
@@ -78,3 +82,36 @@ def test_late_labels_land_orphans_are_counted_and_the_quarantine_is_faithful(spa
                                                          reported_at="2026-02-02T10:00:00Z")])
     again = run_raw_ingest(config(), kafka_config, spark=spark, progress=Progress(emit=lines.append))
     assert [(a.valid, a.orphan_labels) for a in again.accounting] == [(1, 0), (1, 0)]
+
+
+def test_labels_are_read_while_transactions_are_checked_and_a_failed_check_commits_nothing(
+        spark, state_dir, kafka_config, monkeypatch):
+    send(kafka_config, kafka_config.transactions_topic,
+         [tx(transaction_id=f"t-{i}", event_time="2026-01-20T10:00:00Z") for i in range(3)])
+    send(kafka_config, kafka_config.labels_topic, [label(transaction_id="t-1", reported_at="2026-01-21T09:00:00Z")])
+    lines: list[str] = []
+    seen_during_check: list[bool] = []
+    real_drop_duplicates = raw_ingest.drop_duplicates
+
+    def check_waiting_for_the_labels(store, kind, run_id):
+        if kind is Kind.TRANSACTION:  # the labels' read must finish while this check still runs
+            deadline = time.monotonic() + 60
+            while not any("labels: read + validate + land" in line for line in lines) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            seen_during_check.append(any("labels: read + validate + land" in line for line in lines))
+            raise AccountingError("injected: the transactions' check failed")
+        return real_drop_duplicates(store, kind, run_id)
+
+    monkeypatch.setattr(raw_ingest, "drop_duplicates", check_waiting_for_the_labels)
+    with pytest.raises(AccountingError, match="injected"):
+        run_raw_ingest(config(), kafka_config, spark=spark, progress=Progress(emit=lines.append))
+    assert seen_during_check == [True]
+    assert not [t for t in threading.enumerate() if t.name.startswith("land-labels")]  # joined, not left running
+    store = RawStore(config().raw.root())
+    assert store.committed().runs == ()
+    assert store.committed_files(Kind.TRANSACTION) == [] and store.committed_files(Kind.LABEL) == []
+
+    monkeypatch.setattr(raw_ingest, "drop_duplicates", real_drop_duplicates)
+    report = run_raw_ingest(config(), kafka_config, spark=spark, progress=Progress(emit=lines.append))
+    assert [(a.read, a.valid, a.duplicates) for a in report.accounting] == [(3, 3, 0), (1, 1, 0)]
+    assert len(store.committed_files(Kind.LABEL)) >= 1
