@@ -1,6 +1,8 @@
 """Raw store -> features -> labels -> shards -> published manifest, for one :class:`DatasetPlan`.
 
 Publication order (readers trust only manifests):
+0. a split whose dates hold fewer raw transactions than its ``min_rows`` refuses the build at once
+   (:func:`~pipeline.ingest.dataset_plan.check_raw_rows`, from Parquet footers);
 1. shards go to ``<root>/data/.build-<run_id>/`` (a killed build leaves only this, deleted later);
    if a split holds fewer rows or frauds than configured, the build directory is removed and
    :class:`~pipeline.ingest.dataset_plan.DatasetTooSmall` raised: no version, manifest or
@@ -35,7 +37,7 @@ from pipeline.datasets.manifest import (
 from pipeline.features import definitions as fd
 from pipeline.features.transforms import FeatureParams, build_features, first_fraud_reports, labels_as_of
 from pipeline.ingest.config import DatasetConfig
-from pipeline.ingest.dataset_plan import SPLITS, DatasetPlan, check_split_sizes, split_counts
+from pipeline.ingest.dataset_plan import SPLITS, DatasetPlan, check_raw_rows, check_split_sizes, split_counts
 from pipeline.ingest.raw_store import RawStore
 from pipeline.ingest.shards import SHARD_SCHEMA, write_empty_shards, write_shards
 
@@ -121,6 +123,8 @@ def build_dataset(spark: SparkSession, store: RawStore, plan: DatasetPlan, confi
     for stale in data.glob(".build-*"):  # killed builds (callers hold the ingest lock)
         shutil.rmtree(stale, ignore_errors=True)
     build_dir = data / f".build-{run_id}"
+    check_raw_rows(plan, store.committed_rows_by_date(Kind.TRANSACTION, plan.first_date, plan.last_date), config,
+                   data_until(store))
     written = write_shards(dataset_rows(spark, store, plan, params), build_dir, config.num_shards_per_date)
     try:
         check_split_sizes(plan, split_counts(plan.splits, written), config, data_until(store))

@@ -164,9 +164,33 @@ def check_split_sizes(plan: DatasetPlan, counts: dict[str, SplitCount], config: 
         if count.rows < config.min_rows.of(name) or count.frauds < config.min_frauds.of(name):
             short.append(f"{name} {window.start}..{window.end} has {count.rows} rows and {count.frauds} frauds "
                          f"(needs {config.min_rows.of(name)} and {config.min_frauds.of(name)})")
-    if short:
-        held = f"The raw store's transactions end on {data_until}" if data_until else "The raw store is empty"
-        raise DatasetTooSmall(
-            f"dataset for label cutoff {plan.label_cutoff} not published, too small: {'; '.join(short)}. "
-            f"{held}. Pick a run date (or range) whose windows hold that much data, or lower "
-            f"dataset.min_rows / dataset.min_frauds in ingest.toml; LATEST is unchanged")
+    _refuse(plan, short, data_until)
+
+
+def check_raw_rows(plan: DatasetPlan, raw_rows_by_date: dict[date, int], config: DatasetConfig,
+                   data_until: date | None) -> None:
+    """Refuse the build before any feature is computed when it could only be too small.
+
+    A split's rows are among the raw store's transactions on its dates (one row per transaction),
+    so when those are already fewer than the split's ``min_rows``, :func:`check_split_sizes` would
+    refuse the built dataset anyway: a night planned past the data fails in seconds, not after the
+    whole feature build. Same error and remedy.
+    """
+    short = []
+    for name in SPLITS:
+        window = plan.splits[name]
+        raw = sum(n for day, n in raw_rows_by_date.items() if window.contains(day.isoformat()))
+        if raw < config.min_rows.of(name):
+            short.append(f"{name} {window.start}..{window.end} has {raw} rows at most (the raw transactions "
+                         f"on its dates; needs {config.min_rows.of(name)})")
+    _refuse(plan, short, data_until)
+
+
+def _refuse(plan: DatasetPlan, short: list[str], data_until: date | None) -> None:
+    if not short:
+        return
+    held = f"The raw store's transactions end on {data_until}" if data_until else "The raw store is empty"
+    raise DatasetTooSmall(
+        f"dataset for label cutoff {plan.label_cutoff} not published, too small: {'; '.join(short)}. "
+        f"{held}. Pick a run date (or range) whose windows hold that much data, or lower "
+        f"dataset.min_rows / dataset.min_frauds in ingest.toml; LATEST is unchanged")

@@ -4,7 +4,7 @@ refused; a dataset with a split below its minimums is refused with counts and da
 from __future__ import annotations
 
 import dataclasses
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
@@ -15,6 +15,7 @@ from pipeline.ingest.dataset_plan import (
     DatasetTooSmall,
     PlanError,
     SplitCount,
+    check_raw_rows,
     check_split_sizes,
     plan_backfill,
     plan_nightly,
@@ -135,3 +136,17 @@ def test_a_gap_separates_test_from_training_and_moves_the_training_label_cutoff(
     assert plan.label_cutoff_time_of("validation").isoformat() == "2026-02-01T00:00:00+00:00"
     assert plan.label_cutoff_time_of("test").isoformat() == "2026-02-11T00:00:00+00:00"
     assert plan_nightly(date(2026, 2, 10), CFG).train_label_cutoff == date(2026, 2, 10)  # no gap: one cutoff
+
+
+def test_raw_rows_below_a_minimum_refuse_the_build_before_features():
+    plan = plan_nightly(date(2026, 1, 28), MINIMUMS)  # train 01-02..01-15, validation 01-16..01-18
+    days = lambda start, n, rows: {date(2026, 1, start) + timedelta(days=i): rows for i in range(n)}  # noqa: E731
+    enough = days(2, 14, 10) | days(16, 3, 10) | days(19, 3, 10)  # 140, 30, 30 raw rows
+    check_raw_rows(plan, enough, MINIMUMS, date(2026, 1, 21))
+    short = enough | days(16, 3, 6) | {date(2026, 1, 1): 1000, date(2026, 1, 22): 1000}  # outside every split
+    with pytest.raises(DatasetTooSmall) as refused:
+        check_raw_rows(plan, short, MINIMUMS, date(2026, 1, 22))
+    message = str(refused.value)
+    assert "validation 2026-01-16..2026-01-18 has 18 rows at most (the raw transactions on its dates; needs 20)" in message
+    assert "train" not in message.split("too small:")[1] and "test 2026" not in message
+    assert "transactions end on 2026-01-22" in message and "LATEST is unchanged" in message

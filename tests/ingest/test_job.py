@@ -160,13 +160,15 @@ def test_nightly_accounts_for_every_record_and_publishes_the_dataset(spark, stat
     third = run_nightly(config, kafka_config, date(2026, 2, 1), spark=spark, progress=quiet())
     assert (third.accounting[0].duplicates, third.accounting[0].valid) == (5, len(later.transactions))
     assert raw_table(store, Kind.TRANSACTION).num_rows == len(ids) + len(later.transactions)
+    by_date = store.committed_rows_by_date(Kind.TRANSACTION, date(2026, 1, 31), date(2026, 2, 1))  # the later days
+    assert sum(by_date.values()) == len(later.transactions) and set(by_date) == {date(2026, 1, 31), date(2026, 2, 1)}
     assert load_manifest(root).label_cutoff == "2026-02-01"
 
     # A run date whose windows lie past the data: refused before publication, LATEST stays.
     published = sorted(p.name for p in (root / "manifests").iterdir())
     with pytest.raises(DatasetTooSmall) as refused:
         run_nightly(config, kafka_config, date(2026, 3, 30), spark=spark, progress=quiet())
-    assert "train 2026-03-04..2026-03-17 has 0 rows" in str(refused.value)
+    assert "train 2026-03-04..2026-03-17 has 0 rows at most" in str(refused.value)  # before any feature
     assert "transactions end on 2026-02-01" in str(refused.value)
     assert failure_message(refused.value).startswith("DatasetTooSmall: dataset for label cutoff 2026-03-30")
     assert (root / "LATEST").read_text().strip() == third.dataset.version
