@@ -123,11 +123,11 @@ def build_dataset(spark: SparkSession, store: RawStore, plan: DatasetPlan, confi
     for stale in data.glob(".build-*"):  # killed builds (callers hold the ingest lock)
         shutil.rmtree(stale, ignore_errors=True)
     build_dir = data / f".build-{run_id}"
-    check_raw_rows(plan, store.committed_rows_by_date(Kind.TRANSACTION, plan.first_date, plan.last_date), config,
-                   data_until(store))
+    until = data_until(store)  # the store is locked: the same before and after the build
+    check_raw_rows(plan, store.committed_rows_by_date(Kind.TRANSACTION, plan.first_date, plan.last_date), config, until)
     written = write_shards(dataset_rows(spark, store, plan, params), build_dir, config.num_shards_per_date)
     try:
-        check_split_sizes(plan, split_counts(plan.splits, written), config, data_until(store))
+        check_split_sizes(plan, split_counts(plan.splits, written), config, until)
     except Exception:
         shutil.rmtree(build_dir, ignore_errors=True)
         raise

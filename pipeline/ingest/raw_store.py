@@ -179,15 +179,11 @@ class RawStore:
     def committed_rows_by_date(self, kind: Kind, start: date, end: date) -> dict[date, int]:
         """Rows of committed runs per partition date in ``[start, end]``, from the Parquet footers
         (no Spark job, no data read)."""
-        runs = set(self.committed().runs)
         rows: dict[date, int] = {}
-        for day_dir in self.table_path(kind).glob(f"{DATE_COLUMN_BY_KIND[kind]}=*"):
-            day = date.fromisoformat(day_dir.name.split("=", 1)[1])
-            if not start <= day <= end:
-                continue
-            for path in day_dir.glob(f"{RUN_ID}=*/*.parquet"):
-                if path.parent.name.split("=", 1)[1] in runs:
-                    rows[day] = rows.get(day, 0) + pq.ParquetFile(path).metadata.num_rows
+        for path in self.committed_files(kind):  # <table>/<date column>=<day>/run_id=<run>/<file>
+            day = date.fromisoformat(path.parent.parent.name.split("=", 1)[1])
+            if start <= day <= end:
+                rows[day] = rows.get(day, 0) + pq.ParquetFile(path).metadata.num_rows
         return rows
 
     def run_files(self, run_id: str, kind: Kind) -> tuple[list[Path], list[Path]]:
