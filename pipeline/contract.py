@@ -50,7 +50,8 @@ class RejectReason(enum.StrEnum):
     # Decided by ingest against its run clock, not by the record alone.
     FUTURE_EVENT_TIME = "future_event_time"
     LATE_EVENT = "late_event"
-    DUPLICATE = "duplicate"
+    DUPLICATE = "duplicate"  # an identical copy of an event already stored or earlier in the run
+    CONFLICTING_DUPLICATE = "conflicting_duplicate"  # same identity, different content: the first copy stays
 
 
 @dataclass(frozen=True)

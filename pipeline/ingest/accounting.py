@@ -18,7 +18,32 @@ from pipeline.ingest.offsets import OffsetPlan
 
 
 class AccountingError(RuntimeError):
-    """The counts do not add up: a record was lost or counted twice. Nothing was committed."""
+    """The counts do not add up: a record was lost or counted twice. Nothing was committed.
+
+    The counts and the files are derived from the same classification, so this is a bug in ingest,
+    not a problem with the data: a rerun reads the same records and fails the same way."""
+
+
+REPORT_IT = ("nothing was committed; this is a bug in ingest, not in the data, and a rerun will fail the same "
+             "way: report it with this message and the run manifest's run id")
+
+
+@dataclass(frozen=True)
+class CopyMoves:
+    """How settling copies (pipeline.ingest.run_copies) changed the read tasks' verdicts, in rows."""
+
+    valid_to_duplicate: int = 0
+    valid_to_conflicting: int = 0
+    late_to_duplicate: int = 0
+    late_to_conflicting: int = 0
+
+    @property
+    def duplicates(self) -> int:
+        return self.valid_to_duplicate + self.late_to_duplicate
+
+    @property
+    def conflicting(self) -> int:
+        return self.valid_to_conflicting + self.late_to_conflicting
 
 
 @dataclass(frozen=True)
@@ -61,40 +86,49 @@ def merge_summaries(chunks) -> tuple[dict[int, int], dict[str | None, int], dict
 
 
 def account(plan: OffsetPlan, kind: str, read_by_partition: dict[int, int], outcomes: dict[str | None, int],
-            duplicates: int, orphan_labels: int = 0) -> TopicAccounting:
-    """Checked accounting of one topic. ``outcomes`` are counted before duplicates were marked;
-    ``duplicates`` (distinct Kafka positions, all among the accepted records) move from valid;
+            moves: CopyMoves = CopyMoves(), orphan_labels: int = 0) -> TopicAccounting:
+    """Checked accounting of one topic. ``outcomes`` are the read tasks' verdicts (None: valid);
+    ``moves`` (:func:`pipeline.ingest.run_copies.settle_copies`) turn valid and late records into
+    copies: identical ones leave for ``duplicates``, conflicting ones for that quarantine reason;
     ``orphan_labels`` are counted among what stays valid."""
     unknown = set(outcomes) - {None} - {r.value for r in RejectReason}
     if unknown:
-        raise AccountingError(f"{plan.topic}: unknown outcome(s) {sorted(unknown)}")
+        raise AccountingError(f"{plan.topic}: unknown outcome(s) {sorted(unknown)}; {REPORT_IT}")
     read = sum(read_by_partition.values())
     if read != sum(outcomes.values()):
-        raise AccountingError(f"{plan.topic}: {read} records read but {sum(outcomes.values())} outcomes counted")
+        raise AccountingError(f"{plan.topic}: {read} records read but {sum(outcomes.values())} outcomes counted; "
+                              f"{REPORT_IT}")
+    late, conflicting = RejectReason.LATE_EVENT.value, RejectReason.CONFLICTING_DUPLICATE.value
     accepted = outcomes.get(None, 0)
-    if duplicates > accepted:
-        raise AccountingError(f"{plan.topic}: {duplicates} duplicates among only {accepted} accepted records")
-    if orphan_labels and (kind != Kind.LABEL.value or orphan_labels > accepted - duplicates):
-        raise AccountingError(f"{plan.topic}: {orphan_labels} orphan labels among {accepted - duplicates} "
-                              f"valid {kind}s: only kept labels can be orphans")
+    valid = accepted - moves.valid_to_duplicate - moves.valid_to_conflicting
+    if valid < 0 or outcomes.get(late, 0) < moves.late_to_duplicate + moves.late_to_conflicting:
+        raise AccountingError(f"{plan.topic}: more copies ({moves}) than accepted ({accepted}) or late records; "
+                              f"{REPORT_IT}")
+    if orphan_labels and (kind != Kind.LABEL.value or orphan_labels > valid):
+        raise AccountingError(f"{plan.topic}: {orphan_labels} orphan labels among {valid} "
+                              f"valid {kind}s: only kept labels can be orphans; {REPORT_IT}")
+    quarantined = {r: n for r, n in outcomes.items() if r is not None}
+    quarantined[late] = quarantined.get(late, 0) - moves.late_to_duplicate - moves.late_to_conflicting
+    quarantined[conflicting] = quarantined.get(conflicting, 0) + moves.conflicting
+    quarantined = {r: n for r, n in sorted(quarantined.items()) if n}
     spans = {r.partition: r.count for r in plan.ranges}
     over = {p: n for p, n in read_by_partition.items() if n > spans.get(p, 0)}
     if over:
         raise AccountingError(f"{plan.topic}: read more records than the planned offsets hold in partitions "
-                              f"{sorted(over)}: some offsets were read twice")
+                              f"{sorted(over)}: some offsets were read twice; {REPORT_IT}")
     return TopicAccounting(
-        topic=plan.topic, kind=kind, read=read, valid=accepted - duplicates, duplicates=duplicates,
-        quarantined={r: n for r, n in sorted(outcomes.items(), key=lambda kv: str(kv[0])) if r is not None},
+        topic=plan.topic, kind=kind, read=read, valid=valid, duplicates=moves.duplicates, quarantined=quarantined,
         offset_span=plan.records, ranges={str(r.partition): [r.start, r.end] for r in plan.ranges},
         lost={str(p): n for p, n in plan.lost.items()}, orphan_labels=orphan_labels,
     )
 
 
-def verify_landed(accounting: TopicAccounting, raw_rows: int, quarantine_rows: int) -> None:
+def verify_landed(accounting: TopicAccounting, raw_rows: int, quarantine_rows: int,
+                  duplicates_quarantined: bool = True) -> None:
     """What the run's files hold must match the accounting exactly: valid rows in the raw store,
-    quarantined and duplicate rows in the quarantine table."""
-    expected_quarantine = accounting.quarantined_total + accounting.duplicates
+    quarantined rows (and identical duplicates, when they are kept) in the quarantine table."""
+    expected_quarantine = accounting.quarantined_total + (accounting.duplicates if duplicates_quarantined else 0)
     if raw_rows != accounting.valid or quarantine_rows != expected_quarantine:
         raise AccountingError(
             f"{accounting.topic}: wrote {raw_rows} raw rows and {quarantine_rows} quarantine rows, expected "
-            f"{accounting.valid} and {expected_quarantine}; nothing was committed, rerun the job")
+            f"{accounting.valid} and {expected_quarantine}; {REPORT_IT}")

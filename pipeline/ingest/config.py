@@ -53,6 +53,10 @@ class RawStoreConfig:
     max_lateness_days: float = 7.0
     # ... and one stamped more than this after its Kafka timestamp is FUTURE_EVENT_TIME (clock skew).
     max_clock_skew_s: float = 300.0
+    # A resent record identical to its first copy is counted as a duplicate and, when this is true,
+    # also kept in the quarantine (its bytes, and where the first copy is). Conflicting copies
+    # (same id, different content) are always quarantined.
+    quarantine_duplicates: bool = True
 
     def root(self) -> Path:
         return resolve_state_path(self.path)

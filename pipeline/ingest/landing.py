@@ -20,12 +20,14 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline.contract import TIME_FIELD_BY_KIND, Kind
+from pipeline.contract import TIME_FIELD_BY_KIND, Kind, RejectReason
 from pipeline.ingest.classify import classify_batch
+from pipeline.ingest.identity import content_hashes, identity_hashes
 from pipeline.ingest.kafka_source import BatchTransform
 from pipeline.ingest.raw_store import (
     DATE_COLUMN_BY_KIND,
@@ -38,6 +40,8 @@ from pipeline.ingest.raw_store import (
 )
 from pipeline.ingest.timing import ReadState, TimingRules
 from pipeline.ingest.validate import REASON
+
+TIMING_REASONS = [RejectReason.LATE_EVENT.value, RejectReason.FUTURE_EVENT_TIME.value]
 
 SUMMARY_DDL = "topic string, partition int, first_offset long, last_offset long, read long, outcomes string, " \
               "watermark long, files string"
@@ -105,7 +109,12 @@ def _raw_rows(table: pa.Table, kind: Kind) -> pa.Table:
 def _quarantine_rows(table: pa.Table, kind: Kind) -> pa.Table:
     refused = table.filter(pc.is_valid(table[REASON]))
     schema = quarantine_arrow_schema()
-    columns = {"kind": pa.repeat(kind.value, refused.num_rows), "kafka_timestamp": refused["timestamp"]}
+    # Records refused only for their timing are events: their identity is kept, so that a later
+    # copy (or this one, when an earlier copy exists) is found as a duplicate (pipeline.ingest.duplicates).
+    typed = pc.is_in(refused[REASON], pa.array(TIMING_REASONS)).to_numpy(zero_copy_only=False)
+    hashes = {name: pa.array(np.where(typed, fn(refused, kind).view(np.int64), 0), pa.int64(), mask=~typed)
+              for name, fn in (("id_hash", identity_hashes), ("content_hash", content_hashes))}
+    columns = {"kind": pa.repeat(kind.value, refused.num_rows), "kafka_timestamp": refused["timestamp"], **hashes}
     return pa.table([columns[f.name] if f.name in columns else refused[f.name] for f in schema], schema=schema)
 
 

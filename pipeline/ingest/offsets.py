@@ -92,6 +92,9 @@ class StoreCommit:
     first_offsets: dict[str, dict[int, int]]  # where consumption began: the manifest's [start, end)
     runs: tuple[str, ...]
     watermarks: dict[str, dict[int, int]] = field(default_factory=dict)  # latest accepted event time (us)
+    # Live identity-index segments per raw table (see pipeline.ingest.id_index); None: a store
+    # committed before the index existed, whose index is built on first use.
+    index: dict[str, list[str]] | None = None
 
     def consumed_ranges(self) -> dict[str, dict[str, list[int]]]:
         """``{topic: {partition: [first, next)}}`` as the dataset manifest records it."""
@@ -110,12 +113,13 @@ class OffsetStore:
             return StoreCommit({}, {}, ())
         d = json.loads(self.path.read_text())
         return StoreCommit(_from_json(d["offsets"]), _from_json(d["first_offsets"]), tuple(d["runs"]),
-                           _from_json(d.get("watermarks", {})))
+                           _from_json(d.get("watermarks", {})), d.get("index"))
 
-    def commit(self, run_id: str, plans: list[OffsetPlan],
-               watermarks: dict[str, dict[int, int]] | None = None) -> StoreCommit:
-        """Record ``run_id`` as committed, advance offsets to the end of ``plans`` and raise the
-        partitions' watermarks to ``watermarks`` (never lowers them). One atomic file replace."""
+    def commit(self, run_id: str, plans: list[OffsetPlan], watermarks: dict[str, dict[int, int]] | None = None,
+               index: dict[str, list[str]] | None = None) -> StoreCommit:
+        """Record ``run_id`` as committed, advance offsets to the end of ``plans``, raise the
+        partitions' watermarks to ``watermarks`` (never lowers them) and make ``index`` the live
+        identity-index segments (kept as they were when None). One atomic file replace."""
         current = self.load()
         offsets = {t: dict(p) for t, p in current.offsets.items()}
         first = {t: dict(p) for t, p in current.first_offsets.items()}
@@ -127,9 +131,20 @@ class OffsetStore:
         for topic, parts in (watermarks or {}).items():
             for p, w in parts.items():
                 marks.setdefault(topic, {})[p] = max(w, marks.get(topic, {}).get(p, w))
-        new = StoreCommit(offsets, first, current.runs + (run_id,), marks)
-        write_json_atomic(self.path, {"offsets": _to_json(offsets), "first_offsets": _to_json(first),
-                                       "watermarks": _to_json(marks), "runs": list(new.runs)})
+        live_index = index if index is not None else current.index
+        return self._write(StoreCommit(offsets, first, current.runs + (run_id,), marks, live_index))
+
+    def set_index(self, index: dict[str, list[str]]) -> StoreCommit:
+        """Record ``index`` as the live identity-index segments without committing a run (the
+        index built for a store that predates it; see pipeline.ingest.index_build)."""
+        current = self.load()
+        return self._write(StoreCommit(current.offsets, current.first_offsets, current.runs, current.watermarks,
+                                       index))
+
+    def _write(self, new: StoreCommit) -> StoreCommit:
+        write_json_atomic(self.path, {"offsets": _to_json(new.offsets), "first_offsets": _to_json(new.first_offsets),
+                                       "watermarks": _to_json(new.watermarks), "runs": list(new.runs),
+                                       **({"index": new.index} if new.index is not None else {})})
         return new
 
 

@@ -7,39 +7,35 @@ only when it is built. Nothing is dropped; each run counts them so that the oper
 (``orphan_labels`` in :class:`pipeline.ingest.accounting.TopicAccounting`).
 
 A label is an orphan of a run when its ``transaction_id`` is neither among the committed raw
-transactions nor among this run's landed ones (duplicates already removed). Runs on the driver
-with Arrow, like :mod:`pipeline.ingest.duplicates`: a streaming scan of the stored
-``transaction_id`` column, filtered on the ids this run's labels name.
+transactions nor among this run's kept ones (copies already removed). Both are checked by
+identity hash (:mod:`pipeline.ingest.identity`): the committed ones with one look-up in the
+transactions' identity index, so the cost grows with this run's labels, not with the history.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.compute as pc
+import numpy as np
 import pyarrow.dataset as ds
+
+from pipeline.ingest.id_index import IdIndex
+from pipeline.ingest.identity import transaction_id_hashes
 
 LINK = "transaction_id"  # a label's transaction_id names the transaction it reports on
 
 
-def orphan_mask(label_ids: pa.Array, known_ids: pa.Array) -> pa.Array:
-    """True where a label's transaction id is not among ``known_ids`` (pure)."""
-    return pc.invert(pc.is_in(label_ids, value_set=known_ids))
+def orphan_mask(label_links: np.ndarray, stored: np.ndarray, this_run: np.ndarray) -> np.ndarray:
+    """True where a label's transaction hash (``label_links``) is neither ``stored`` (a bool mask
+    from the index, parallel to it) nor among ``this_run``'s kept transaction hashes (pure)."""
+    return ~(stored | np.isin(label_links, this_run))
 
 
-def known_transactions(transaction_files: list[Path], wanted: pa.Array) -> pa.Array:
-    """Distinct ids among ``wanted`` that raw transaction files hold (streaming, filtered scan)."""
-    if not transaction_files or len(wanted) == 0:
-        return pa.array([], pa.string())
-    scanned = ds.dataset([str(f) for f in transaction_files], format="parquet").to_table(
-        columns=[LINK], filter=pc.field(LINK).isin(wanted))
-    return pc.unique(scanned[LINK].combine_chunks())
-
-
-def count_orphan_labels(label_files: list[Path], transaction_files: list[Path]) -> int:
-    """How many rows of the raw label files name a transaction no raw transaction file holds."""
+def count_orphan_labels(label_files: list[Path], transactions: IdIndex, this_run: np.ndarray) -> int:
+    """How many rows of the raw label files name a transaction that neither the committed store
+    (``transactions``, its identity index) nor this run (``this_run``'s hashes) holds."""
     if not label_files:
         return 0
-    ids = ds.dataset([str(f) for f in label_files], format="parquet").to_table(columns=[LINK])[LINK].combine_chunks()
-    return orphan_mask(ids, known_transactions(transaction_files, pc.unique(ids))).true_count
+    links = ds.dataset([str(f) for f in label_files], format="parquet").to_table(columns=[LINK])[LINK]
+    hashes = transaction_id_hashes(links)
+    return int(orphan_mask(hashes, transactions.lookup(hashes).found, this_run).sum())

@@ -1,15 +1,19 @@
-"""Kafka -> raw store for one run: plan offsets, land (read, validate, screen, write), drop
-duplicates, count orphan labels, check the accounting, commit.
+"""Kafka -> raw store for one run: plan offsets, land (read, validate, screen, write), settle
+copies, count orphan labels, check the accounting, commit.
 
 Order of effects (what makes a SIGKILL at any point safe):
-1. discard files of runs that never committed;
+1. discard files of runs that never committed and unlisted identity-index segments; build the
+   index once for a store that predates it (:mod:`pipeline.ingest.index_build`);
 2. plan ``[committed, end)`` per partition, end taken once from ``pipeline.kafka.admin.end_offsets``;
 3. per topic: the Kafka read tasks write accepted and refused records under this run's id
-   (invisible so far); duplicates then move from the run's raw files to its quarantine; labels
-   whose transaction is in neither the store nor this run are counted. The labels are read while
-   the transactions' duplicates are checked, and checked after them;
-4. check that the files hold exactly what was accounted, write the run manifest;
-5. commit: one atomic replace of the offset file adds the run id, offsets and watermarks.
+   (invisible so far); copies of events already in the store or earlier in this run then become
+   duplicates (:mod:`pipeline.ingest.run_copies`), late or not; labels whose transaction is in
+   neither the store nor this run are counted. The labels are read while the transactions' copies
+   are settled, and settled after them;
+4. check that the files hold exactly what was accounted, write the run's identity-index segments
+   (unlisted so far) and the run manifest;
+5. commit: one atomic replace of the offset file adds the run id, offsets, watermarks and the
+   live index segments; segments the commit replaced are then deleted.
 """
 
 from __future__ import annotations
@@ -23,20 +27,20 @@ from pyspark.sql import SparkSession
 
 from pipeline.contract import Kind
 from pipeline.ingest.accounting import (
-    AccountingError,
     TopicAccounting,
     account,
     merge_summaries,
     verify_landed,
 )
 from pipeline.ingest.config import IngestConfig
-from pipeline.ingest.duplicates import IDENTITY_BY_KIND, find_duplicates, read_new_rows, stored_matches
+from pipeline.ingest.index_build import build_missing_index
 from pipeline.ingest.kafka_source import read_kafka
 from pipeline.ingest.landing import ChunkSummary, landing_transform, parse_summaries
 from pipeline.ingest.offsets import OffsetPlan, plan_offset_ranges
 from pipeline.ingest.orphans import count_orphan_labels
 from pipeline.ingest.progress import Progress
-from pipeline.ingest.raw_store import RawStore
+from pipeline.ingest.raw_store import TABLE_BY_KIND, RawStore
+from pipeline.ingest.run_copies import RunCopies, settle_copies
 from pipeline.ingest.timing import LATENESS_SCREENED, TimingRules
 from pipeline.kafka.admin import end_offsets
 from pipeline.kafka.settings import KafkaConfig
@@ -53,6 +57,7 @@ class IngestResult:
 class LandedTopic:
     accounting: TopicAccounting
     watermarks: dict[int, int]  # partition -> latest accepted event time (epoch us)
+    copies: RunCopies  # what stays valid, as identity-index entries
 
 
 def topics_by_kind(kafka: KafkaConfig) -> dict[Kind, str]:
@@ -78,25 +83,6 @@ def land_topic(spark: SparkSession, store: RawStore, config: IngestConfig, kafka
     return parse_summaries(landed.collect())
 
 
-def drop_duplicates(store: RawStore, kind: Kind, run_id: str) -> int:
-    """Move this run's duplicate rows to its quarantine; returns how many."""
-    new_rows = read_new_rows(store.run_files(run_id, kind)[0], kind)
-    if new_rows is None:
-        return 0
-    found = find_duplicates(new_rows, stored_matches(store.committed_files(kind), kind, new_rows), kind)
-    moved = store.quarantine_duplicates(run_id, kind, found, IDENTITY_BY_KIND[kind][0])
-    if moved != len(found):
-        raise AccountingError(f"{kind.value}s: {len(found)} duplicates found but {moved} moved to quarantine")
-    return moved
-
-
-def count_orphans(store: RawStore, run_id: str) -> int:
-    """This run's kept labels whose transaction is neither committed nor landed by this run
-    (call after this run's transactions and labels are landed and deduplicated)."""
-    transactions = store.committed_files(Kind.TRANSACTION) + store.run_files(run_id, Kind.TRANSACTION)[0]
-    return count_orphan_labels(store.run_files(run_id, Kind.LABEL)[0], transactions)
-
-
 @dataclass(frozen=True)
 class _Landed:
     """One topic's read tasks' outcome, before its duplicates and accounting are checked."""
@@ -119,21 +105,24 @@ def land(spark: SparkSession, store: RawStore, config: IngestConfig, kafka: Kafk
     return _Landed(read, outcomes, watermarks)
 
 
-def check_landed(store: RawStore, plan: OffsetPlan, kind: Kind, run_id: str, landed: _Landed,
-                 progress: Progress) -> LandedTopic:
-    """Drop the landed topic's duplicates, count orphan labels, check the accounting (on the driver).
-    Labels need this run's transactions landed and checked first."""
+def check_landed(store: RawStore, config: IngestConfig, plan: OffsetPlan, kind: Kind, run_id: str,
+                 landed: _Landed, progress: Progress, transactions: LandedTopic | None = None) -> LandedTopic:
+    """Settle the landed topic's copies, count orphan labels, check the accounting (on the driver).
+    Labels need this run's ``transactions`` checked first."""
     if plan.records == 0:
-        return LandedTopic(account(plan, kind.value, {}, {}, 0), {})
+        return LandedTopic(account(plan, kind.value, {}, {}), {}, RunCopies.none())
     with progress.stage(f"{kind.value}s: duplicates + check") as counts:
-        duplicates = drop_duplicates(store, kind, run_id)
-        orphans = count_orphans(store, run_id) if kind is Kind.LABEL else 0
-        accounting = account(plan, kind.value, landed.read, landed.outcomes, duplicates, orphans)
-        verify_landed(accounting, *store.count_run_rows(run_id, kind))
-        counts.update(duplicates=duplicates, valid=accounting.valid)
+        copies = settle_copies(store, kind, run_id, len(store.committed().runs), config.raw.quarantine_duplicates)
+        orphans = count_orphan_labels(store.run_files(run_id, Kind.LABEL)[0], store.id_index(Kind.TRANSACTION),
+                                      transactions.copies.kept.ids) if kind is Kind.LABEL else 0
+        accounting = account(plan, kind.value, landed.read, landed.outcomes, copies.moves, orphans)
+        verify_landed(accounting, *store.count_run_rows(run_id, kind), config.raw.quarantine_duplicates)
+        counts.update(duplicates=accounting.duplicates, valid=accounting.valid)
+        if copies.moves.conflicting:
+            counts["conflicting_duplicates"] = copies.moves.conflicting
         if kind is Kind.LABEL:
             counts["orphan_labels"] = orphans
-    return LandedTopic(accounting, landed.watermarks)
+    return LandedTopic(accounting, landed.watermarks, copies)
 
 
 def prepare_run(store: RawStore, kafka: KafkaConfig, allow_data_loss: bool, progress: Progress) -> dict[Kind, OffsetPlan]:
@@ -141,6 +130,8 @@ def prepare_run(store: RawStore, kafka: KafkaConfig, allow_data_loss: bool, prog
     Call with the store locked."""
     with progress.stage("prepare") as counts:
         counts["discarded_uncommitted"] = len(store.discard_uncommitted())
+        if build_missing_index(store) is not None:
+            counts["identity_index_built"] = 1
     with progress.stage("plan offsets") as counts:
         plans = plan_run(store, kafka, allow_data_loss)
         for plan in plans.values():
@@ -163,18 +154,22 @@ def land_and_commit(spark: SparkSession, store: RawStore, config: IngestConfig, 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="land-labels") as pool:
         landing_labels = pool.submit(contextvars.copy_context().run, land, spark, store, config, kafka, labels,
                                      Kind.LABEL, run_id, run_started, allow_data_loss, progress)
-        checked_tx = check_landed(store, tx, Kind.TRANSACTION, run_id, landed_tx, progress)
+        checked_tx = check_landed(store, config, tx, Kind.TRANSACTION, run_id, landed_tx, progress)
         landed_labels = landing_labels.result()
-    # Counting orphan labels looks at this run's landed and deduplicated transactions.
+    # Counting orphan labels looks at this run's kept transactions.
     landed = {Kind.TRANSACTION: checked_tx,
-              Kind.LABEL: check_landed(store, labels, Kind.LABEL, run_id, landed_labels, progress)}
+              Kind.LABEL: check_landed(store, config, labels, Kind.LABEL, run_id, landed_labels, progress, checked_tx)}
     accounting = tuple(t.accounting for t in landed.values())
     with progress.stage("commit") as counts:
         manifest = store.write_run_manifest(run_id, {
             "run_id": run_id, "started_at": run_started.isoformat(), "bootstrap_servers": kafka.bootstrap_servers,
             "accounting": [a.to_dict() for a in accounting],
         })
-        store.offsets.commit(run_id, list(plans.values()),
-                             {plans[kind].topic: t.watermarks for kind, t in landed.items()})
+        ordinal = len(store.committed().runs)
+        index = {TABLE_BY_KIND[kind]: store.id_index(kind).with_run(ordinal, t.copies.kept) for kind, t in landed.items()}
+        committed = store.offsets.commit(run_id, list(plans.values()),
+                                         {plans[kind].topic: t.watermarks for kind, t in landed.items()}, index)
+        for kind in landed:  # the segments this commit merged away
+            store.id_index(kind, committed.index[TABLE_BY_KIND[kind]]).discard_unlisted()
         counts["run_manifest"] = manifest.name
     return IngestResult(run_id, accounting, str(manifest))

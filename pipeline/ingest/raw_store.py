@@ -8,6 +8,7 @@ Layout under the store root (``<state>/raw`` by default)::
     _runs/<run>.json                                                  # run manifest (accounting, ranges)
     _state/offsets.json                                               # commit log (see offsets.py)
     _state/lock                                                       # one writer at a time
+    _index/<table>/<runs>/bucket-XX.npy                               # identity index (see id_index.py)
 
 Raw rows carry their Kafka position and key, the typed contract fields and ``payload``, the
 record's original JSON text (unknown fields included). Append-only: a run only adds ``run_id=<run>``
@@ -28,7 +29,6 @@ from datetime import date
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -46,7 +46,8 @@ from pyspark.sql.types import (
 )
 
 from pipeline.atomic import atomic_path, write_json_atomic
-from pipeline.contract import FIELDS_BY_KIND, Kind, RejectReason
+from pipeline.contract import FIELDS_BY_KIND, Kind
+from pipeline.ingest.id_index import INDEX_DIR, IdIndex
 from pipeline.ingest.validate import DETAIL, FIELD, REASON, SPARK_TYPES
 
 TABLE_BY_KIND = {Kind.TRANSACTION: "transactions", Kind.LABEL: "labels"}
@@ -72,9 +73,12 @@ def _file_columns(kind: Kind) -> list[tuple[str, str]]:
     return columns + [(s.name, SPARK_TYPES[s.json_type]) for s in FIELDS_BY_KIND[kind]] + [(PAYLOAD, "string")]
 
 
+# The last three are set for records the contract accepted (refused for their timing, or copies):
+# the record's transaction_id, and its identity and content hashes (pipeline.ingest.identity) as int64.
 _QUARANTINE_COLUMNS = [("kind", "string"), ("topic", "string"), ("partition", "int"), ("offset", "long"),
                        ("kafka_timestamp", "timestamp"), ("key", "binary"), ("value", "binary"),
-                       (REASON, "string"), (FIELD, "string"), (DETAIL, "string")]
+                       (REASON, "string"), (FIELD, "string"), (DETAIL, "string"),
+                       ("transaction_id", "string"), ("id_hash", "long"), ("content_hash", "long")]
 
 
 def raw_arrow_schema(kind: Kind) -> pa.Schema:
@@ -95,7 +99,8 @@ def quarantine_arrow_schema() -> pa.Schema:
 QUARANTINE_SCHEMA = StructType([StructField(n, _SPARK[t], True) for n, t in _QUARANTINE_COLUMNS + [(RUN_ID, "string")]])
 
 
-def _atomic_write_table(table: pa.Table, path: Path) -> None:
+def write_table_atomic(table: pa.Table, path: Path) -> None:
+    """A Parquet file replaced atomically (zstd, as every raw and quarantine file)."""
     with atomic_path(path) as tmp:
         pq.write_table(table, tmp, compression="zstd")
 
@@ -128,10 +133,16 @@ class RawStore:
     def committed(self):
         return self.offsets.load()
 
+    def id_index(self, kind: Kind, segments: list[str] | None = None) -> IdIndex:
+        """The identity index of ``kind`` with the committed segments (or ``segments``)."""
+        live = segments if segments is not None else (self.committed().index or {}).get(TABLE_BY_KIND[kind], [])
+        return IdIndex(self.root / INDEX_DIR / TABLE_BY_KIND[kind], live)
+
     def discard_uncommitted(self) -> list[Path]:
-        """Delete files of runs that never committed (killed runs). Call with the lock held."""
+        """Delete files of runs that never committed (killed runs) and index segments the commit
+        log does not list. Call with the lock held."""
         runs = set(self.committed().runs)
-        removed = []
+        removed = [p for kind in TABLE_BY_KIND for p in self.id_index(kind).discard_unlisted()]
         for table in [*TABLE_BY_KIND.values(), QUARANTINE]:
             base = self.root / table
             if base.is_dir():
@@ -197,35 +208,6 @@ class RawStore:
         raw, quarantine = self.run_files(run_id, kind)
         rows = lambda files: sum(pq.ParquetFile(f).metadata.num_rows for f in files)  # noqa: E731
         return rows(raw), rows(quarantine)
-
-    def quarantine_duplicates(self, run_id: str, kind: Kind, positions: set[tuple[str, int, int]],
-                              identity_field: str) -> int:
-        """Move the rows at ``positions`` out of this run's raw files into its quarantine as
-        ``DUPLICATE`` (original bytes kept). Returns how many rows moved."""
-        if not positions:
-            return 0
-        moved = 0
-        for path in self.run_files(run_id, kind)[0]:
-            table = pq.read_table(path)
-            keys = [(t, p, o) for t, p, o in zip(*(table[c].to_pylist() for c in POSITION), strict=True)]
-            hit = pa.array([k in positions for k in keys])
-            if not pc.any(hit).as_py():
-                continue
-            dropped = table.filter(hit)
-            _atomic_write_table(table.filter(pc.invert(hit)), path)
-            _atomic_write_table(self._as_quarantine(dropped, kind, identity_field),
-                                self.root / QUARANTINE / f"{RUN_ID}={run_id}" / f"{kind.value}-dup-{path.name}")
-            moved += dropped.num_rows
-        return moved
-
-    @staticmethod
-    def _as_quarantine(rows: pa.Table, kind: Kind, identity_field: str) -> pa.Table:
-        n = rows.num_rows
-        columns = {"kind": pa.repeat(kind.value, n), "value": rows[PAYLOAD].cast(pa.binary()), REASON: pa.repeat(RejectReason.DUPLICATE.value, n),
-                   FIELD: pa.repeat(identity_field, n),
-                   DETAIL: pa.repeat("an earlier copy of this event is in the raw store or this run", n)}
-        schema = quarantine_arrow_schema()
-        return pa.table([columns[f.name] if f.name in columns else rows[f.name] for f in schema], schema=schema)
 
     def write_run_manifest(self, run_id: str, manifest: dict) -> Path:
         path = self.root / "_runs" / f"{run_id}.json"

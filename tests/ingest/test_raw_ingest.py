@@ -91,18 +91,18 @@ def test_labels_are_read_while_transactions_are_checked_and_a_failed_check_commi
     send(kafka_config, kafka_config.labels_topic, [label(transaction_id="t-1", reported_at="2026-01-21T09:00:00Z")])
     lines: list[str] = []
     seen_during_check: list[bool] = []
-    real_drop_duplicates = raw_ingest.drop_duplicates
+    real_settle_copies = raw_ingest.settle_copies
 
-    def check_waiting_for_the_labels(store, kind, run_id):
+    def check_waiting_for_the_labels(store, kind, run_id, *args):
         if kind is Kind.TRANSACTION:  # the labels' read must finish while this check still runs
             deadline = time.monotonic() + 60
             while not any("labels: read + validate + land" in line for line in lines) and time.monotonic() < deadline:
                 time.sleep(0.05)
             seen_during_check.append(any("labels: read + validate + land" in line for line in lines))
             raise AccountingError("injected: the transactions' check failed")
-        return real_drop_duplicates(store, kind, run_id)
+        return real_settle_copies(store, kind, run_id, *args)
 
-    monkeypatch.setattr(raw_ingest, "drop_duplicates", check_waiting_for_the_labels)
+    monkeypatch.setattr(raw_ingest, "settle_copies", check_waiting_for_the_labels)
     with pytest.raises(AccountingError, match="injected"):
         run_raw_ingest(config(), kafka_config, spark=spark, progress=Progress(emit=lines.append))
     assert seen_during_check == [True]
@@ -111,7 +111,7 @@ def test_labels_are_read_while_transactions_are_checked_and_a_failed_check_commi
     assert store.committed().runs == ()
     assert store.committed_files(Kind.TRANSACTION) == [] and store.committed_files(Kind.LABEL) == []
 
-    monkeypatch.setattr(raw_ingest, "drop_duplicates", real_drop_duplicates)
+    monkeypatch.setattr(raw_ingest, "settle_copies", real_settle_copies)
     report = run_raw_ingest(config(), kafka_config, spark=spark, progress=Progress(emit=lines.append))
     assert [(a.read, a.valid, a.duplicates) for a in report.accounting] == [(3, 3, 0), (1, 1, 0)]
     assert len(store.committed_files(Kind.LABEL)) >= 1

@@ -1,0 +1,193 @@
+"""The identity index: every committed event's identity hash, so a run checks its records
+against the whole history at a cost that grows with the run, not with the history.
+
+Layout under ``<raw>/_index/<table>/``::
+
+    <first>-<last>/bucket-XX.npy   # one segment: the runs with ordinals first..last, 16 buckets
+
+A bucket holds the entries whose identity hash has those top 4 bits, as one ``(3, n)`` uint64
+array sorted on row 0: identity hash, content hash, ``partition date (days) << 32 | run ordinal``
+(the ordinal is the run's position in the commit log's run list, which only appends). A lookup
+memory-maps each bucket and binary-searches the run's sorted hashes: it touches O(new ids x log
+history) pages, never reads a segment whole.
+
+Segments merge like a binary counter: each commit adds one segment for its run, then the two
+newest merge while they cover the same number of runs and the merge stays under
+:data:`MAX_SEGMENT_ENTRIES`. So a store of n runs has about log2(n) segments, and each entry is
+rewritten about log2(n) times over its life (segments at the cap stop merging).
+
+Consistency with the commit: segments are written (each directory complete before it is renamed
+into place) before the commit, and the commit log lists the live segments
+(:class:`pipeline.ingest.offsets.StoreCommit`). Readers use only listed segments; a killed run's
+segments are unlisted and the next run deletes them (``RawStore.discard_uncommitted``). A store
+committed before the index existed gets it built from its committed files on first use.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.atomic import fsync_path
+
+BUCKET_BITS = 4
+BUCKETS = 1 << BUCKET_BITS
+MAX_SEGMENT_ENTRIES = 64_000_000  # ~1.5 GB a segment: beyond that, merging costs more than it saves
+INDEX_DIR = "_index"
+
+
+@dataclass(frozen=True)
+class Entries:
+    """Index entries (parallel arrays): identity hash, content hash, partition date, run ordinal."""
+
+    ids: np.ndarray  # uint64
+    contents: np.ndarray  # uint64
+    days: np.ndarray  # int32, days since 1970-01-01
+    runs: np.ndarray  # int32, position in the commit log's runs
+
+    @staticmethod
+    def empty() -> Entries:
+        return Entries(np.zeros(0, np.uint64), np.zeros(0, np.uint64), np.zeros(0, np.int32), np.zeros(0, np.int32))
+
+    @staticmethod
+    def concat(parts: list[Entries]) -> Entries:
+        if not parts:
+            return Entries.empty()
+        return Entries(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("ids", "contents", "days", "runs")))
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+@dataclass(frozen=True)
+class Matches:
+    """For each looked-up hash: found, and the stored entry's content hash, date and run."""
+
+    found: np.ndarray  # bool
+    contents: np.ndarray
+    days: np.ndarray
+    runs: np.ndarray
+
+
+def segment_name(first_run: int, last_run: int) -> str:
+    return f"{first_run:06d}-{last_run:06d}"
+
+
+def segment_span(name: str) -> tuple[int, int]:
+    first, last = name.split("-")
+    return int(first), int(last)
+
+
+def _pack(e: Entries) -> np.ndarray:
+    locator = (e.days.astype(np.int64).astype(np.uint64) << np.uint64(32)) | e.runs.astype(np.uint64)
+    return np.stack([e.ids, e.contents, locator])
+
+
+def _unpack(packed: np.ndarray) -> Entries:
+    locator = packed[2]
+    return Entries(packed[0], packed[1], (locator >> np.uint64(32)).astype(np.int64).astype(np.int32),
+                   (locator & np.uint64(0xFFFFFFFF)).astype(np.int32))
+
+
+def _bucket_of(ids: np.ndarray) -> np.ndarray:
+    return (ids >> np.uint64(64 - BUCKET_BITS)).astype(np.int64)
+
+
+class IdIndex:
+    """The identity index of one raw table (see module doc). ``segments`` are the live ones."""
+
+    def __init__(self, root: Path, segments: list[str]) -> None:
+        self.root = Path(root)
+        self.segments = sorted(segments, key=segment_span)
+
+    def _bucket_path(self, segment: str, bucket: int) -> Path:
+        return self.root / segment / f"bucket-{bucket:02d}.npy"
+
+    def _load(self, segment: str, bucket: int) -> np.ndarray:
+        return np.load(self._bucket_path(segment, bucket), mmap_mode="r")
+
+    def lookup(self, ids: np.ndarray) -> Matches:
+        """Which of ``ids`` (uint64 identity hashes) the live segments hold, and their entries."""
+        n = len(ids)
+        found = np.zeros(n, bool)
+        contents, days, runs = np.zeros(n, np.uint64), np.zeros(n, np.int32), np.zeros(n, np.int32)
+        if n == 0 or not self.segments:
+            return Matches(found, contents, days, runs)
+        order = np.argsort(ids, kind="stable")
+        sorted_ids = ids[order]
+        bounds = np.searchsorted(_bucket_of(sorted_ids), np.arange(BUCKETS + 1))
+        for bucket in range(BUCKETS):
+            lo, hi = bounds[bucket], bounds[bucket + 1]
+            if lo == hi:
+                continue
+            wanted = sorted_ids[lo:hi]
+            for segment in self.segments:
+                stored = self._load(segment, bucket)
+                if stored.shape[1] == 0:
+                    continue
+                at = np.minimum(np.searchsorted(stored[0], wanted), stored.shape[1] - 1)
+                hit = (stored[0][at] == wanted) & ~found[order[lo:hi]]
+                rows = order[lo:hi][hit]
+                entry = _unpack(np.asarray(stored[:, at[hit]]))
+                found[rows], contents[rows], days[rows], runs[rows] = True, entry.contents, entry.days, entry.runs
+        return Matches(found, contents, days, runs)
+
+    def _write_segment(self, name: str, entries: Entries) -> None:
+        """One segment directory, complete before it appears under its name."""
+        final = self.root / name
+        tmp = self.root / f".{name}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        packed = _pack(entries)
+        packed = packed[:, np.argsort(packed[0], kind="stable")]
+        bounds = np.searchsorted(_bucket_of(packed[0]), np.arange(BUCKETS + 1))
+        for bucket in range(BUCKETS):
+            path = tmp / f"bucket-{bucket:02d}.npy"
+            np.save(path, np.ascontiguousarray(packed[:, bounds[bucket]:bounds[bucket + 1]]))
+            fsync_path(path)
+        shutil.rmtree(final, ignore_errors=True)  # an unlisted leftover of a killed run
+        tmp.rename(final)
+        fsync_path(self.root)
+
+    def _read_segment(self, name: str) -> Entries:
+        packed = np.concatenate([np.asarray(self._load(name, b)) for b in range(BUCKETS)], axis=1)
+        return _unpack(packed)
+
+    def _entries(self, name: str) -> int:
+        return sum(self._load(name, b).shape[1] for b in range(BUCKETS))
+
+    def with_segment(self, name: str, entries: Entries) -> list[str]:
+        """Write one segment named ``name``; returns the live list with it added (to commit)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._write_segment(name, entries)
+        return [*self.segments, name]
+
+    def with_run(self, run_ordinal: int, entries: Entries) -> list[str]:
+        """Write the segment of run ``run_ordinal`` and merge as the module doc says; returns the
+        segment list to commit (nothing listed changes until the commit). A run that kept nothing
+        adds no segment."""
+        if not len(entries):
+            return list(self.segments)
+        segments = self.with_segment(segment_name(run_ordinal, run_ordinal), entries)
+        while len(segments) >= 2:
+            (a0, a1), (b0, b1) = segment_span(segments[-2]), segment_span(segments[-1])
+            merged_entries = self._entries(segments[-2]) + self._entries(segments[-1])
+            if a1 - a0 != b1 - b0 or merged_entries > MAX_SEGMENT_ENTRIES:
+                break
+            merged = segment_name(a0, b1)
+            self._write_segment(merged, Entries.concat([self._read_segment(s) for s in segments[-2:]]))
+            segments[-2:] = [merged]
+        return segments
+
+    def discard_unlisted(self) -> list[Path]:
+        """Delete segment directories (and temporaries) that the live list does not name."""
+        if not self.root.is_dir():
+            return []
+        live = set(self.segments)
+        stale = [p for p in self.root.iterdir() if p.is_dir() and p.name not in live]
+        for path in stale:
+            shutil.rmtree(path, ignore_errors=True)
+        return stale

@@ -1,0 +1,77 @@
+"""The identity index: look-ups find exactly what was committed, merges keep every entry, and a
+segment the commit log does not list is invisible and cleaned up."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pipeline.ingest.id_index import Entries, IdIndex, segment_span
+
+
+def entries(ids, run: int, day: int = 20_000) -> Entries:
+    ids = np.asarray(ids, np.uint64)
+    return Entries(ids, ids * np.uint64(3), np.full(len(ids), day, np.int32), np.full(len(ids), run, np.int32))
+
+
+def spread(n: int, seed: int) -> np.ndarray:
+    """Hashes over the whole 64-bit range (every bucket)."""
+    return np.random.default_rng(seed).integers(0, 2**64 - 1, n, dtype=np.uint64, endpoint=True)
+
+
+def test_lookup_finds_stored_hashes_with_their_entry_and_nothing_else(tmp_path):
+    stored = spread(5_000, 1)
+    index = IdIndex(tmp_path, IdIndex(tmp_path, []).with_run(0, entries(stored, run=0, day=20_111)))
+    wanted = np.concatenate([stored[::7], spread(1_000, 2), stored[:3]])
+    m = index.lookup(wanted)
+    n_stored = len(stored[::7])
+    assert m.found[:n_stored].all() and not m.found[n_stored:n_stored + 1_000].any() and m.found[-3:].all()
+    assert (m.contents[m.found] == wanted[m.found] * np.uint64(3)).all()
+    assert set(m.days[m.found].tolist()) == {20_111} and set(m.runs[m.found].tolist()) == {0}
+
+
+def test_negative_days_and_large_run_ordinals_round_trip(tmp_path):
+    e = Entries(np.array([5, 2**63 + 5], np.uint64), np.array([1, 2], np.uint64),
+                np.array([-3, 40_000], np.int32), np.array([0, 2**31 - 1], np.int32))
+    m = IdIndex(tmp_path, IdIndex(tmp_path, []).with_segment("000000-000000", e)).lookup(e.ids)
+    assert m.days.tolist() == [-3, 40_000] and m.runs.tolist() == [0, 2**31 - 1]
+
+
+def test_segments_merge_like_a_binary_counter_and_keep_every_entry(tmp_path):
+    live: list[str] = []
+    all_ids = []
+    for run in range(11):
+        ids = spread(300, 100 + run)
+        all_ids.append(ids)
+        live = IdIndex(tmp_path, live).with_run(run, entries(ids, run))
+        IdIndex(tmp_path, live).discard_unlisted()
+    spans = [segment_span(s) for s in live]
+    # 11 = 8 + 2 + 1 runs: three segments, oldest first, covering every run once.
+    assert [b - a + 1 for a, b in spans] == [8, 2, 1]
+    assert sorted(r for a, b in spans for r in range(a, b + 1)) == list(range(11))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(live)
+    m = IdIndex(tmp_path, live).lookup(np.concatenate(all_ids))
+    assert m.found.all()
+    assert m.runs.tolist() == [run for run, ids in enumerate(all_ids) for _ in ids]
+
+
+def test_a_run_that_kept_nothing_adds_no_segment(tmp_path):
+    live = IdIndex(tmp_path, []).with_run(0, entries([1, 2], 0))
+    assert IdIndex(tmp_path, live).with_run(1, Entries.empty()) == live
+
+
+def test_unlisted_segments_are_invisible_and_discarded(tmp_path):
+    committed = IdIndex(tmp_path, []).with_run(0, entries([10, 11], 0))
+    # A run killed after writing (and merging) its segment, before its commit:
+    uncommitted = IdIndex(tmp_path, committed).with_run(1, entries([12], 1))
+    assert uncommitted == ["000000-000001"]  # its own segment merged with the committed one
+    on_disk = {p.name for p in tmp_path.iterdir()}
+    index = IdIndex(tmp_path, committed)
+    assert index.lookup(np.array([10, 12], np.uint64)).found.tolist() == [True, False]
+    removed = index.discard_unlisted()
+    assert {p.name for p in removed} == on_disk - set(committed) == {"000000-000001", "000001-000001"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == committed
+    assert index.lookup(np.array([10, 11], np.uint64)).found.all()
+
+
+def test_an_empty_index_finds_nothing(tmp_path):
+    assert not IdIndex(tmp_path / "none", []).lookup(np.array([1, 2], np.uint64)).found.any()
