@@ -20,13 +20,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
+import shutil
 import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import psutil
+import pyarrow as pa
 from confluent_kafka import Consumer, TopicPartition
 
 from pipeline.contract import Kind
@@ -34,6 +39,9 @@ from pipeline.features.frame import epoch_micros
 from pipeline.features.online import OnlineFeatureState, Payment
 from pipeline.features.transforms import build_features
 from pipeline.ingest.config import IngestConfig, SparkConfig
+from pipeline.ingest.duplicates import ARRIVAL, DUPLICATE, classify_copies
+from pipeline.ingest.id_index import Entries, IdIndex, counter_layout, segment_span
+from pipeline.ingest.identity import transaction_id_hashes
 from pipeline.ingest.job import run_raw_ingest
 from pipeline.ingest.progress import quiet
 from pipeline.ingest.raw_store import RawStore
@@ -131,16 +139,65 @@ def _ingest_once(spark, kafka: KafkaConfig, raw_root: Path) -> tuple[object, flo
     return report, time.perf_counter() - started
 
 
-def _interleaved(spark, kafka: KafkaConfig, tmp: Path, rounds: int) -> list[dict]:
-    """``rounds`` x (baseline drain, our ingest into a fresh store), alternating."""
+def _interleaved(spark, kafka: KafkaConfig, tmp: Path, rounds: int,
+                 store_for_round: Callable[[int], Path] | None = None) -> list[dict]:
+    """``rounds`` x (baseline drain, our ingest into a fresh store), alternating.
+    ``store_for_round(i)`` prepares round i's store (default: an empty one)."""
     runs = []
     for i in range(rounds):
         baseline_rows, baseline_s = baseline_drain(kafka, kafka.transactions_topic)
-        report, ingest_s = _ingest_once(spark, kafka, tmp / f"raw-{i}")
+        raw_root = store_for_round(i) if store_for_round else tmp / f"raw-{i}"
+        report, ingest_s = _ingest_once(spark, kafka, raw_root)
         rows = report.accounting[0].read
         runs.append({"baseline_rows": baseline_rows, "baseline_s": baseline_s, "rows": rows, "ingest_s": ingest_s,
-                     "ratio": (rows / ingest_s) / (baseline_rows / baseline_s), "stages": report.stages})
+                     "ratio": (rows / ingest_s) / (baseline_rows / baseline_s), "stages": report.stages,
+                     "duplicates": report.accounting[0].duplicates})
     return runs
+
+
+RESEND_SHARE = 0.10  # of the resend topic's records: copies of payments the store already holds
+
+
+def _resend_topic(broker: EmbeddedBroker, sim, tmp: Path, spark) -> tuple[KafkaConfig, Path, int]:
+    """A store holding the first third of the payments (ingested once), and a topic with the rest
+    plus resends of stored payments (10% of its records, byte for byte, at random places, each on
+    its card's partition like the original). Returns (topic settings, store, resends)."""
+    records = list(sim.transaction_records())
+    cut = len(records) // 3
+    history, new = records[:cut], records[cut:]
+    rng = random.Random(7)
+    resent = rng.choices(history, k=round(len(new) * RESEND_SHARE / (1 - RESEND_SHARE)))
+    stream = list(new)
+    for record in resent:
+        stream.insert(rng.randrange(len(stream) + 1), record)
+    kafka = {name: KafkaConfig(bootstrap_servers=broker.bootstrap_servers, transactions_topic=f"resend-{name}",
+                               labels_topic="resend-labels", partitions=PARTITIONS) for name in ("history", "stream")}
+    for config, values in ((kafka["history"], history), (kafka["stream"], stream)):
+        broker.create_topics(config.topics(), PARTITIONS)
+        assert publish_records(config, config.transactions_topic, Kind.TRANSACTION, values).ok
+    history_root = tmp / "resend-history"
+    run_raw_ingest(_config(history_root), kafka["history"], spark=spark, progress=quiet())
+    return kafka["stream"], history_root, len(resent)
+
+
+def _with_resends(spark, broker: EmbeddedBroker, sim, tmp: Path, rounds: int) -> dict:
+    """The interleaved ratio when 10% of the records are resends of already-ingested payments (each
+    round into its own copy of the store that holds them)."""
+    kafka, history_root, resent = _resend_topic(broker, sim, tmp, spark)
+
+    def store_for_round(i: int) -> Path:
+        root = tmp / f"resend-raw-{i}"
+        shutil.copytree(history_root, root)
+        return root
+
+    runs = _interleaved(spark, kafka, tmp, rounds, store_for_round)
+    assert all(r["duplicates"] == resent for r in runs), (resent, [r["duplicates"] for r in runs])
+    ratios = [round(r["ratio"], 3) for r in runs]
+    median = sorted(runs, key=lambda r: r["ratio"])[len(runs) // 2]
+    return {"ratio_with_resends": round(statistics.median(r["ratio"] for r in runs), 3),
+            "ratio_with_resends_runs": ratios, "resends": resent, "resend_share": RESEND_SHARE,
+            "resend_rows": median["rows"], "resend_ingest_s": round(median["ingest_s"], 2),
+            "resend_stages": {s.name: s.seconds for s in median["stages"]}}
 
 
 def _measure(broker: EmbeddedBroker, kafka: KafkaConfig, tmp: Path, sim, rounds: int) -> dict:
@@ -152,6 +209,7 @@ def _measure(broker: EmbeddedBroker, kafka: KafkaConfig, tmp: Path, sim, rounds:
         warmup_s = _warm_up(spark, broker, tmp, sim)
         with PeakRss() as rss:
             runs = _interleaved(spark, kafka, tmp, rounds)
+        resends = _with_resends(spark, broker, sim, tmp, rounds)
         publish_records(kafka, kafka.labels_topic, Kind.LABEL, sim.label_records())
         config = _config(tmp / "raw-0")
         run_raw_ingest(config, kafka, spark=spark, progress=quiet())
@@ -171,7 +229,9 @@ def _measure(broker: EmbeddedBroker, kafka: KafkaConfig, tmp: Path, sim, rounds:
             "master": spark_config.master, "features_rows": features_rows, "features_s": round(features_s, 2),
             "features_s_per_million": round(features_s / (features_rows / 1e6), 2),
             "features_cold_s": round(features_cold_s, 2),
-            "features_cold_s_per_million": round(features_cold_s / (features_rows / 1e6), 2)}
+            "features_cold_s_per_million": round(features_cold_s / (features_rows / 1e6), 2), **resends,
+            "ratio_with_resends_vs_ratio": round(resends["ratio_with_resends"] / statistics.median(
+                r["ratio"] for r in runs), 3)}
 
 
 def run(quick: bool) -> dict:
@@ -184,8 +244,68 @@ def run(quick: bool) -> dict:
         report = publish_records(kafka, kafka.transactions_topic, Kind.TRANSACTION, sim.transaction_records())
         assert report.ok, report.errors
         result = _measure(broker, kafka, Path(tmp), sim, ROUNDS)
-    return {**result, **_time_online(sim, measured=5_000 if quick else 20_000), "rounds": ROUNDS,
+        id_check = _time_id_check(Path(tmp), night_rows=50_000 if quick else 200_000)
+    return {**result, **_time_online(sim, measured=5_000 if quick else 20_000), **id_check, "rounds": ROUNDS,
             "partitions": PARTITIONS}
+
+
+ID_CHECK_NIGHTS = (30, 90)
+
+
+def _night_ids(night: int, rows: int) -> pa.Array:
+    return pa.array([f"h-{night}-{i}" for i in range(rows)], pa.string())
+
+
+def _history_index(root: Path, nights: int, night_rows: int) -> IdIndex:
+    """``nights`` committed nights of ``night_rows`` payments each, in the segment layout that as many
+    commits leave (:func:`pipeline.ingest.id_index.counter_layout`), written straight away."""
+    live: list[str] = []
+    for segment in counter_layout(nights):
+        first, last = segment_span(segment)
+        parts = []
+        for night in range(first, last + 1):
+            ids = transaction_id_hashes(_night_ids(night, night_rows))
+            n = len(ids)
+            parts.append(Entries(ids, ids ^ np.uint64(0x5A5A), np.full(n, night, np.int32), np.full(n, night, np.int32)))
+        live = IdIndex(root, live).with_segment(segment, Entries.concat(parts))
+    return IdIndex(root, live)
+
+
+def _one_night(nights: int, night_rows: int, rng: np.random.Generator) -> pa.Table:
+    """One night's transaction ids: 90% new, 10% resends drawn uniformly over the whole history."""
+    resends = int(night_rows * RESEND_SHARE)
+    ids = [f"new-{i}" for i in range(night_rows - resends)]
+    ids += [f"h-{n}-{i}" for n, i in zip(rng.integers(0, nights, resends), rng.integers(0, night_rows, resends),
+                                         strict=True)]
+    n = len(ids)
+    return pa.table({"transaction_id": pa.array(ids, pa.string()),
+                     ARRIVAL: pa.array(np.arange(n), pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+                     "partition": pa.array(np.zeros(n, np.int32)), "offset": pa.array(np.arange(n))})
+
+
+def _time_id_check(tmp: Path, night_rows: int, repeats: int = 5) -> dict:
+    """Seconds of the identity check for one night (hash its ids, look them up in the index, classify
+    copies) against 30 and 90 nights of history; the median of ``repeats``, page cache warm (the
+    index was just written), as on a nightly host that keeps it hot."""
+    rng = np.random.default_rng(5)
+    out: dict = {"id_check_night_rows": night_rows, "id_check_s": {}, "id_check_index_entries": {}}
+    for nights in ID_CHECK_NIGHTS:
+        index = _history_index(tmp / f"id-index-{nights}", nights, night_rows)
+        night = _one_night(nights, night_rows, rng)
+        seconds = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            ids = transaction_id_hashes(night["transaction_id"])
+            stored = index.lookup(ids)
+            copies = classify_copies(night, Kind.TRANSACTION, ids, ids ^ np.uint64(0x5A5A), stored)
+            seconds.append(time.perf_counter() - started)
+        assert copies.count(DUPLICATE) == int(night_rows * RESEND_SHARE), copies.count(DUPLICATE)
+        out["id_check_s"][str(nights)] = round(statistics.median(seconds), 4)
+        out["id_check_index_entries"][str(nights)] = nights * night_rows
+        shutil.rmtree(tmp / f"id-index-{nights}")
+    first, last = (out["id_check_s"][str(n)] for n in ID_CHECK_NIGHTS)
+    out["id_check_90_vs_30"] = round(last / first, 3)
+    return out
 
 
 def _time_features(spark, store: RawStore, config: IngestConfig) -> tuple[int, float, float]:

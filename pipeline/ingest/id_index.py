@@ -81,6 +81,23 @@ def segment_span(name: str) -> tuple[int, int]:
     return int(first), int(last)
 
 
+def _merges(older: str, newer: str, entries: int) -> bool:
+    """The merge rule: two neighbouring segments covering as many runs, and not too big together."""
+    (a0, a1), (b0, b1) = segment_span(older), segment_span(newer)
+    return a1 - a0 == b1 - b0 and entries <= MAX_SEGMENT_ENTRIES
+
+
+def counter_layout(runs: int) -> list[str]:
+    """The segments that ``runs`` commits of small runs leave (what :meth:`IdIndex.with_run`
+    produces; a benchmark builds a long history in this layout directly)."""
+    segments: list[str] = []
+    for run in range(runs):
+        segments.append(segment_name(run, run))
+        while len(segments) >= 2 and _merges(segments[-2], segments[-1], 0):
+            segments[-2:] = [segment_name(segment_span(segments[-2])[0], run)]
+    return segments
+
+
 def _pack(e: Entries) -> np.ndarray:
     locator = (e.days.astype(np.int64).astype(np.uint64) << np.uint64(32)) | e.runs.astype(np.uint64)
     return np.stack([e.ids, e.contents, locator])
@@ -172,12 +189,9 @@ class IdIndex:
         if not len(entries):
             return list(self.segments)
         segments = self.with_segment(segment_name(run_ordinal, run_ordinal), entries)
-        while len(segments) >= 2:
-            (a0, a1), (b0, b1) = segment_span(segments[-2]), segment_span(segments[-1])
-            merged_entries = self._entries(segments[-2]) + self._entries(segments[-1])
-            if a1 - a0 != b1 - b0 or merged_entries > MAX_SEGMENT_ENTRIES:
-                break
-            merged = segment_name(a0, b1)
+        while len(segments) >= 2 and _merges(segments[-2], segments[-1],
+                                             self._entries(segments[-2]) + self._entries(segments[-1])):
+            merged = segment_name(segment_span(segments[-2])[0], segment_span(segments[-1])[1])
             self._write_segment(merged, Entries.concat([self._read_segment(s) for s in segments[-2:]]))
             segments[-2:] = [merged]
         return segments

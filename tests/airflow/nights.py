@@ -3,7 +3,9 @@ directory written for the test, and the DAG runs of three nights (played once pe
 
 1. a night before there is enough data: ingest fails, nothing is published;
 2. night 1: the first model is promoted; then fraud_backfill rebuilds night 1's date range;
-3. night 2, trained with a config that makes a worse model: the gate rejects it;
+3. night 2, trained with a config that makes a worse model, and with night 1's oldest and newest
+   payments resent on Kafka (at-least-once delivery): the resends are duplicates, the gate
+   rejects the model;
 4. night 2 again: every stage finds its output and redoes nothing.
 """
 
@@ -77,6 +79,7 @@ class Story:
     kafka: KafkaConfig
     runs: dict[str, tuple[dict[str, Any], str]]  # name -> (dag_runner result, log)
     manifests_after_failure: list[Path]
+    resent: int  # night 1's payments published again before night 2
 
 
 def _logical(run_date: date) -> str:
@@ -94,6 +97,19 @@ def _publish(kafka: KafkaConfig, sim: Simulation, until: datetime, since: dateti
     for topic, kind, frame in ((kafka.transactions_topic, Kind.TRANSACTION, tx), (kafka.labels_topic, Kind.LABEL, labels)):
         records = [{k: v for k, v in r.items() if not pd.isna(v)} for r in frame.to_dict("records")]
         assert publish_records(kafka, topic, kind, records).ok
+
+
+RESENT_OLDEST, RESENT_NEWEST = 100, 300  # the oldest are weeks behind: a copy of them used to be late
+
+
+def _resend(kafka: KafkaConfig, sim: Simulation, until: datetime) -> int:
+    """Publish again, byte for byte, the oldest and the newest payments made before ``until``."""
+    at = pd.to_datetime(sim.transactions["event_time"], utc=True, format="ISO8601")
+    sent = sim.transactions[at < until].sort_values("event_time")
+    again = pd.concat([sent.head(RESENT_OLDEST), sent.tail(RESENT_NEWEST)])
+    records = [{k: v for k, v in r.items() if not pd.isna(v)} for r in again.to_dict("records")]
+    assert publish_records(kafka, kafka.transactions_topic, Kind.TRANSACTION, records).ok
+    return len(records)
 
 
 def _write_conf(conf: Path, kafka: KafkaConfig, train_overrides: dict) -> None:
@@ -125,10 +141,11 @@ def play_story(run_airflow, kafka_broker, tmp: Path) -> Story:
     runs["backfill"] = run_airflow("test", "fraud_backfill", _logical(NIGHT_1), "--conf",
                                    json.dumps({"start": NIGHT_1_FIRST_DAY.isoformat(), "end": NIGHT_1_LAST_DAY.isoformat()}),
                                    env=env)
+    resent = _resend(kafka, sim, until=cutoff_1)
     _publish(kafka, sim, until=cutoff_1 + timedelta(days=1), since=cutoff_1)
     _write_conf(conf, kafka, WORSE)
     runs["night-2"] = run_airflow("test", "fraud_nightly", _logical(NIGHT_2), env=env)
     runs["night-2-again"] = run_airflow("test", "fraud_nightly", _logical(NIGHT_2), env=env)
-    return Story(state, conf, kafka, runs, manifests)
+    return Story(state, conf, kafka, runs, manifests, resent)
 
 

@@ -63,6 +63,15 @@ def test_a_worse_model_is_rejected_the_run_succeeds_and_the_champion_stays(story
     assert _aliases(story.state) == {"champion": 1, "challenger": 2}
 
 
+def test_a_night_with_resent_payments_completes_and_reports_them_as_duplicates(story):
+    result, log = story.runs["night-2"]
+    assert result["state"] == "success", log[-5000:]
+    transactions = next(a for a in result["xcoms"]["ingest"]["landed"] if a["kind"] == "transaction")
+    assert transactions["duplicates"] == story.resent
+    assert transactions["read"] == transactions["valid"] + transactions["quarantined"] + story.resent
+    assert f"{story.resent} duplicates" in log  # the task log's Kafka line
+
+
 def test_rerunning_a_night_redoes_nothing(story):
     first, _ = story.runs["night-2"]
     again, log = story.runs["night-2-again"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.ingest.id_index import Entries, IdIndex, segment_span
+from pipeline.ingest.id_index import Entries, IdIndex, counter_layout, segment_span
 
 
 def entries(ids, run: int, day: int = 20_000) -> Entries:
@@ -47,6 +47,7 @@ def test_segments_merge_like_a_binary_counter_and_keep_every_entry(tmp_path):
     spans = [segment_span(s) for s in live]
     # 11 = 8 + 2 + 1 runs: three segments, oldest first, covering every run once.
     assert [b - a + 1 for a, b in spans] == [8, 2, 1]
+    assert live == counter_layout(11)
     assert sorted(r for a, b in spans for r in range(a, b + 1)) == list(range(11))
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(live)
     m = IdIndex(tmp_path, live).lookup(np.concatenate(all_ids))

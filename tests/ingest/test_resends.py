@@ -17,7 +17,9 @@ import pyarrow.dataset as pads
 import pytest
 
 from pipeline.contract import Kind
+from pipeline.ingest import raw_ingest
 from pipeline.ingest.config import load_ingest_config
+from pipeline.ingest.id_index import IdIndex
 from pipeline.ingest.identity import transaction_id_hashes
 from pipeline.ingest.job import run_raw_ingest
 from pipeline.ingest.offsets import OffsetStore
@@ -225,29 +227,45 @@ def _night_records(rng: random.Random, night: int, history: list[bytes]) -> list
     return records
 
 
+# night -> where that night's first try dies: after the copies moved in the run's files, after the
+# index segments were written (and merged), just before the commit, just after it (merged-away
+# segments not yet deleted).
+KILLED_AT = {1: (raw_ingest, "settle_copies", "after"), 2: (IdIndex, "with_run", "after"),
+             3: (OffsetStore, "commit", "before"), 4: (OffsetStore, "commit", "after")}
+
+
 def test_random_nights_of_resends_keep_the_first_copy_and_account_for_every_record(
         spark, state_dir, kafka_config, monkeypatch):
-    """Property, over 5 nights (one killed and rerun): the store holds each id once, as its first
+    """Property, over 6 nights (four killed at different stages and rerun): the store holds each id once, as its first
     accepted copy; each copy of a stored id is a duplicate when identical and conflicting when not,
     never late; each record sent is in exactly one place."""
     rng = random.Random(23)
     sent: list[bytes] = []
-    reports = []
-    for night in range(5):
+    for night in range(6):
         records = _night_records(rng, night, sent)
         send(kafka_config, kafka_config.transactions_topic, records)
         sent += records
-        if night == 2:  # killed after landing and indexing, before the commit: the rerun reads it all again
-            real_commit = OffsetStore.commit
-            monkeypatch.setattr(OffsetStore, "commit", lambda *a, **k: (_ for _ in ()).throw(SystemExit(137)))
+        if night in KILLED_AT:  # the rerun reads the whole night again (or nothing, once committed)
+            target, name, when = KILLED_AT[night]
+            real = getattr(target, name)
+
+            def then_killed(*args, _real=real, _when=when, **kwargs):
+                if _when == "after":
+                    _real(*args, **kwargs)
+                raise SystemExit(137)
+
+            monkeypatch.setattr(target, name, then_killed)
             with pytest.raises(SystemExit):
                 ingest(kafka_config, spark)
-            monkeypatch.setattr(OffsetStore, "commit", real_commit)
-        reports.append(ingest(kafka_config, spark))
+            monkeypatch.setattr(target, name, real)
+        ingest(kafka_config, spark)
 
-    accounts = [r.accounting[0] for r in reports]
-    assert sum(a.read for a in accounts) == len(sent)
-    assert all(a.read == a.valid + a.duplicates + a.quarantined_total for a in accounts)
+    runs = store().committed().runs
+    accounts = [json.loads((store().root / "_runs" / f"{run}.json").read_text())["accounting"][0] for run in runs]
+    assert sum(a["read"] for a in accounts) == len(sent)
+    assert all(a["read"] == a["valid"] + a["duplicates"] + a["quarantined_total"] for a in accounts)
+    live = store().committed().index["transactions"]
+    assert sorted(p.name for p in (store().root / INDEX_DIR / "transactions").iterdir()) == sorted(live)
 
     first_version = {}  # id -> the first copy sent (one partition: offset order is arrival order)
     for value in sent:
@@ -270,5 +288,5 @@ def test_random_nights_of_resends_keep_the_first_copy_and_account_for_every_reco
     expected = np.where(copies_of_stored["value"].map(lambda v: v == stored_payload[json.loads(v)["transaction_id"]]),
                         "duplicate", "conflicting_duplicate")
     assert copies_of_stored[REASON].tolist() == expected.tolist()
-    assert sum(a.duplicates for a in accounts) == int((q[REASON] == "duplicate").sum())
-    assert sum(a.quarantined.get("late_event", 0) for a in accounts) == int((q[REASON] == "late_event").sum()) > 0
+    assert sum(a["duplicates"] for a in accounts) == int((q[REASON] == "duplicate").sum())
+    assert sum(a["quarantined"].get("late_event", 0) for a in accounts) == int((q[REASON] == "late_event").sum()) > 0
