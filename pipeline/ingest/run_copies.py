@@ -20,7 +20,7 @@ killed run leaves uncommitted files, which the next run deletes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 from pipeline.contract import FIELDS_BY_KIND, TIME_FIELD_BY_KIND, Kind, RejectReason
 from pipeline.ingest.accounting import CopyMoves
 from pipeline.ingest.duplicates import ARRIVAL, CONFLICTING, DUPLICATE, KEEP, Copies, classify_copies
-from pipeline.ingest.id_index import Entries
+from pipeline.ingest.id_index import EPOCH, Entries
 from pipeline.ingest.identity import IDENTITY_BY_KIND, content_hashes, from_int64, identity_hashes
 from pipeline.ingest.raw_store import (
     DATE_COLUMN_BY_KIND,
@@ -48,7 +48,6 @@ from pipeline.ingest.validate import DETAIL, FIELD, REASON
 
 POSITION = ("partition", "offset")
 LATE = RejectReason.LATE_EVENT.value
-EPOCH = date(1970, 1, 1)
 
 
 @dataclass(frozen=True)
@@ -122,67 +121,74 @@ def settle_copies(store: RawStore, kind: Kind, run_id: str, run_ordinal: int, qu
     # Only screened kinds have late rows; their identity (transaction_id) is a quarantine column.
     late = _read(quarantine_paths, [*identity, "id_hash", "content_hash", ARRIVAL, *POSITION],
                  late_only=True) if kind in LATENESS_SCREENED else _Source(None, [])
-    if raw.rows is None:
-        return RunCopies.none()
-    n_raw = raw.rows.num_rows
-    ids, contents = identity_hashes(raw.rows, kind), content_hashes(raw.rows, kind)
-    rows = raw.rows.select([*identity, ARRIVAL, *POSITION])
+    # One frame: the valid rows first, then the late ones (a night of old resends has only late rows).
+    n_raw = raw.rows.num_rows if raw.rows is not None else 0
+    frames, ids, contents = [], [], []
+    if n_raw:
+        frames.append(raw.rows.select([*identity, ARRIVAL, *POSITION]))
+        ids.append(identity_hashes(raw.rows, kind))
+        contents.append(content_hashes(raw.rows, kind))
     if late.rows is not None and late.rows.num_rows:
-        ids = np.concatenate([ids, from_int64(late.rows["id_hash"])])
-        contents = np.concatenate([contents, from_int64(late.rows["content_hash"])])
-        rows = pa.concat_tables([rows, late.rows.select([*identity, ARRIVAL, *POSITION]).cast(rows.schema)])
+        late_rows = late.rows.select([*identity, ARRIVAL, *POSITION])
+        frames.append(late_rows.cast(frames[0].schema) if frames else late_rows)
+        ids.append(from_int64(late.rows["id_hash"]))
+        contents.append(from_int64(late.rows["content_hash"]))
+    if not frames:
+        return RunCopies.none()
+    rows, ids, contents = pa.concat_tables(frames), np.concatenate(ids), np.concatenate(contents)
     stored = store.id_index(kind).lookup(ids)
     copies = classify_copies(rows, kind, ids, contents, stored)
     describe = _Details(store, kind, rows, n_raw)
     details = {int(i): describe(copies, stored.days, stored.runs, int(i)) for i in np.flatnonzero(copies.outcome)}
-    reason_of = {DUPLICATE: RejectReason.DUPLICATE.value, CONFLICTING: RejectReason.CONFLICTING_DUPLICATE.value}
+    reasons = np.where(copies.outcome == DUPLICATE, RejectReason.DUPLICATE.value,
+                       RejectReason.CONFLICTING_DUPLICATE.value).astype(object)
     # Which copies become quarantine rows: all of them, or only the conflicting ones.
-    quarantined = (lambda code: code != KEEP) if quarantine_identical else (lambda code: code == CONFLICTING)
+    as_row = (copies.outcome == CONFLICTING) | ((copies.outcome == DUPLICATE) & quarantine_identical)
 
     moved_out = []
     for path, lo, hi in raw.files:
-        codes = copies.outcome[lo:hi]
-        if not codes.any():
+        hit = copies.outcome[lo:hi] != KEEP
+        if not hit.any():
             continue
         table = pq.read_table(path)
-        hit = codes != KEEP
         write_table_atomic(table.filter(pa.array(~hit)), path)
-        keep_as_row = np.array([quarantined(c) for c in codes[hit]], bool)
-        rows_hit = np.flatnonzero(hit)[keep_as_row] + lo
-        moved_out.append(_as_quarantine(table.filter(pa.array(hit)).filter(pa.array(keep_as_row)), kind,
-                                        np.array([reason_of[c] for c in copies.outcome[rows_hit]], object),
-                                        [details[int(i)] for i in rows_hit], ids[rows_hit], contents[rows_hit]))
+        rows_out = np.flatnonzero(hit & as_row[lo:hi])
+        at = rows_out + lo
+        moved_out.append(_as_quarantine(table.take(pa.array(rows_out)), kind, reasons[at],
+                                        [details[int(i)] for i in at], ids[at], contents[at]))
     if moved_out:
         write_table_atomic(pa.concat_tables(moved_out),
                            store.root / QUARANTINE / f"{RUN_ID}={run_id}" / f"{kind.value}-copies.parquet")
     for path, lo, hi in late.files:
-        codes = copies.outcome[n_raw + lo:n_raw + hi]
-        if codes.any():
-            _remark_late(path, codes, [details.get(n_raw + lo + k) for k in range(hi - lo)], reason_of, quarantined)
+        span = slice(n_raw + lo, n_raw + hi)
+        if (copies.outcome[span] != KEEP).any():
+            _remark_late(path, kind, copies.outcome[span], reasons[span], as_row[span],
+                         [details.get(i) for i in range(span.start, span.stop)])
 
     is_raw = np.arange(len(ids)) < n_raw
     kept = np.flatnonzero(is_raw & (copies.outcome == KEEP))
-    days = pc.cast(raw.rows[TIME_FIELD_BY_KIND[kind]], pa.date32()).cast(pa.int32()).to_numpy(zero_copy_only=False)
+    days = (pc.cast(raw.rows[TIME_FIELD_BY_KIND[kind]], pa.date32()).cast(pa.int32()).to_numpy(zero_copy_only=False)
+            if n_raw else np.zeros(0, np.int32))
     moves = CopyMoves(copies.count(DUPLICATE, is_raw), copies.count(CONFLICTING, is_raw),
                       copies.count(DUPLICATE, ~is_raw), copies.count(CONFLICTING, ~is_raw))
     entries = Entries(ids[kept], contents[kept], days[kept].astype(np.int32), np.full(len(kept), run_ordinal, np.int32))
     return RunCopies(moves, entries)
 
 
-def _remark_late(path: Path, codes: np.ndarray, details: list[str | None], reason_of: dict, quarantined) -> None:
-    """Re-mark the late rows of one quarantine file that are copies (or drop identical ones)."""
+def _remark_late(path: Path, kind: Kind, outcome: np.ndarray, reasons: np.ndarray, as_row: np.ndarray,
+                 details: list[str | None]) -> None:
+    """Re-mark the late rows of one quarantine file that are copies, dropping those that are not to
+    stay as rows (``outcome``, ``reasons``, ``as_row`` and ``details`` are parallel to its late rows)."""
     table = pq.read_table(path)
     late_rows = np.flatnonzero(pc.equal(table[REASON], LATE).to_numpy(zero_copy_only=False))
-    reasons = table[REASON].to_numpy(zero_copy_only=False).astype(object)
-    detail = table[DETAIL].to_numpy(zero_copy_only=False).astype(object)
-    field = table[FIELD].to_numpy(zero_copy_only=False).astype(object)
-    keep = np.ones(table.num_rows, bool)
-    for k, code in enumerate(codes):
-        if code == KEEP:
-            continue
-        row = late_rows[k]
-        reasons[row], detail[row], field[row] = reason_of[code], details[k], "transaction_id"
-        keep[row] = quarantined(code)
-    for name, values in ((REASON, reasons), (DETAIL, detail), (FIELD, field)):
+    copy = outcome != KEEP
+    rows = late_rows[copy]
+    columns = {name: table[name].to_numpy(zero_copy_only=False).astype(object) for name in (REASON, DETAIL, FIELD)}
+    columns[REASON][rows] = reasons[copy]
+    columns[DETAIL][rows] = [d for d, c in zip(details, copy, strict=True) if c]
+    columns[FIELD][rows] = IDENTITY_BY_KIND[kind][0]
+    for name, values in columns.items():
         table = table.set_column(table.schema.get_field_index(name), name, pa.array(values, pa.string()))
+    keep = np.ones(table.num_rows, bool)
+    keep[rows] = as_row[copy]
     write_table_atomic(table.filter(pa.array(keep)), path)

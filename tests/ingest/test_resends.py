@@ -100,6 +100,16 @@ def test_resent_payments_are_duplicates_never_late_and_later_nights_run(spark, s
     assert [(a.valid, a.duplicates) for a in night3.accounting[:1]] == [(1, 1)]
 
 
+def test_a_night_of_only_old_resends_is_all_duplicates(spark, state_dir, kafka_config):
+    first = [payment(i, i) for i in range(20)]
+    send(kafka_config, kafka_config.transactions_topic, first)
+    ingest(kafka_config, spark)
+    # Every record of the night is weeks behind the watermark: the read tasks keep none as valid.
+    send(kafka_config, kafka_config.transactions_topic, first[:5] + first[:2])
+    acc = ingest(kafka_config, spark).accounting[0]
+    assert (acc.read, acc.valid, acc.duplicates, acc.quarantined) == (7, 0, 7, {})
+
+
 def test_a_different_payload_under_a_known_id_is_a_conflicting_duplicate_and_both_are_findable(
         spark, state_dir, kafka_config):
     send(kafka_config, kafka_config.transactions_topic, [payment("a", 0, amount=10.0), payment("z", 5)])
