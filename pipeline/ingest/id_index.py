@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import shutil
 from dataclasses import dataclass
+from datetime import date
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +38,7 @@ BUCKET_BITS = 4
 BUCKETS = 1 << BUCKET_BITS
 MAX_SEGMENT_ENTRIES = 64_000_000  # ~1.5 GB a segment: beyond that, merging costs more than it saves
 INDEX_DIR = "_index"
+EPOCH = date(1970, 1, 1)  # day 0 of Entries.days
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,9 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from pipeline.contract import FIELDS_BY_KIND, Kind
-from pipeline.ingest.id_index import Entries, segment_name
+from pipeline.ingest.id_index import EPOCH, Entries, segment_name
 from pipeline.ingest.identity import content_hashes, identity_hashes
 from pipeline.ingest.raw_store import TABLE_BY_KIND, RawStore
-
-EPOCH = date(1970, 1, 1)
 
 
 def committed_entries(store: RawStore, kind: Kind) -> Entries:

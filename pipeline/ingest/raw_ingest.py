@@ -105,14 +105,15 @@ def land(spark: SparkSession, store: RawStore, config: IngestConfig, kafka: Kafk
     return _Landed(read, outcomes, watermarks)
 
 
-def check_landed(store: RawStore, config: IngestConfig, plan: OffsetPlan, kind: Kind, run_id: str,
+def check_landed(store: RawStore, config: IngestConfig, plan: OffsetPlan, kind: Kind, run_id: str, run_ordinal: int,
                  landed: _Landed, progress: Progress, transactions: LandedTopic | None = None) -> LandedTopic:
     """Settle the landed topic's copies, count orphan labels, check the accounting (on the driver).
-    Labels need this run's ``transactions`` checked first."""
+    ``run_ordinal``: the run's place in the commit log once committed. Labels need this run's
+    ``transactions`` checked first."""
     if plan.records == 0:
         return LandedTopic(account(plan, kind.value, {}, {}), {}, RunCopies.none())
     with progress.stage(f"{kind.value}s: duplicates + check") as counts:
-        copies = settle_copies(store, kind, run_id, len(store.committed().runs), config.raw.quarantine_duplicates)
+        copies = settle_copies(store, kind, run_id, run_ordinal, config.raw.quarantine_duplicates)
         orphans = count_orphan_labels(store.run_files(run_id, Kind.LABEL)[0], store.id_index(Kind.TRANSACTION),
                                       transactions.copies.kept.ids) if kind is Kind.LABEL else 0
         accounting = account(plan, kind.value, landed.read, landed.outcomes, copies.moves, orphans)
@@ -146,6 +147,7 @@ def land_and_commit(spark: SparkSession, store: RawStore, config: IngestConfig, 
                     progress: Progress) -> IngestResult:
     """Steps 3-5: land every planned range under ``run_id``, then commit. Call with the store locked."""
     run_started = datetime.now(UTC)
+    ordinal = len(store.committed().runs)  # the store is locked: no other run commits before this one
     tx, labels = plans[Kind.TRANSACTION], plans[Kind.LABEL]
     landed_tx = land(spark, store, config, kafka, tx, Kind.TRANSACTION, run_id, run_started, allow_data_loss, progress)
     # The labels' Spark job runs while the driver checks the transactions' duplicates (Arrow, mostly
@@ -154,18 +156,18 @@ def land_and_commit(spark: SparkSession, store: RawStore, config: IngestConfig, 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="land-labels") as pool:
         landing_labels = pool.submit(contextvars.copy_context().run, land, spark, store, config, kafka, labels,
                                      Kind.LABEL, run_id, run_started, allow_data_loss, progress)
-        checked_tx = check_landed(store, config, tx, Kind.TRANSACTION, run_id, landed_tx, progress)
+        checked_tx = check_landed(store, config, tx, Kind.TRANSACTION, run_id, ordinal, landed_tx, progress)
         landed_labels = landing_labels.result()
     # Counting orphan labels looks at this run's kept transactions.
     landed = {Kind.TRANSACTION: checked_tx,
-              Kind.LABEL: check_landed(store, config, labels, Kind.LABEL, run_id, landed_labels, progress, checked_tx)}
+              Kind.LABEL: check_landed(store, config, labels, Kind.LABEL, run_id, ordinal, landed_labels, progress,
+                                       checked_tx)}
     accounting = tuple(t.accounting for t in landed.values())
     with progress.stage("commit") as counts:
         manifest = store.write_run_manifest(run_id, {
             "run_id": run_id, "started_at": run_started.isoformat(), "bootstrap_servers": kafka.bootstrap_servers,
             "accounting": [a.to_dict() for a in accounting],
         })
-        ordinal = len(store.committed().runs)
         index = {TABLE_BY_KIND[kind]: store.id_index(kind).with_run(ordinal, t.copies.kept) for kind, t in landed.items()}
         committed = store.offsets.commit(run_id, list(plans.values()),
                                          {plans[kind].topic: t.watermarks for kind, t in landed.items()}, index)
