@@ -12,6 +12,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from pipeline.jsonable import nan_to_none
 from pipeline.registry.audit import AuditRecord
 from pipeline.registry.comparison import Comparison
 from pipeline.registry.gate import Decision, describe
@@ -49,7 +50,7 @@ class GateReport:
 
     def to_json(self) -> str:
         # NaN is not JSON; null says "undefined on this holdout".
-        return json.dumps(_nan_to_none(asdict(self)), sort_keys=True)
+        return json.dumps(nan_to_none(asdict(self)), sort_keys=True)
 
     @staticmethod
     def from_json(text: str) -> GateReport:
@@ -66,16 +67,6 @@ class GateReport:
 
     def as_replay(self) -> GateReport:
         return replace(self, replayed=True)
-
-
-def _nan_to_none(value: Any) -> Any:
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _nan_to_none(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_nan_to_none(v) for v in value]
-    return value
 
 
 def _none_to_nan(metrics: dict[str, Any]) -> dict[str, float]:

@@ -43,6 +43,10 @@ class ScoreEvent:
     scored_at: str  # RFC 3339, the service's clock
     shadow: ShadowScore | None = None
     schema_version: int = field(default=SCORE_EVENT_VERSION)
+    # The version's operating points the score was judged at (None in events written before they
+    # existed): what the monitor measures recall and precision at, whatever the rules decided.
+    review_threshold: float | None = None
+    block_threshold: float | None = None
 
     def to_json(self) -> bytes:
         # Not dataclasses.asdict(self): it deep-copies the features of every decision first.

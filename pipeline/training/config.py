@@ -1,7 +1,7 @@
 """Typed configuration of the training job, one frozen slice per component.
 
 ``conf/<env>/train.toml`` holds one table per slice ([data], [model], [optim], [schedule],
-[compression], [checkpoint], [loop], [faults]); each component receives only its slice.
+[compression], [checkpoint], [loop], [faults], [decisions]); each component receives only its slice.
 The dataset root is the one connection-like setting: ``$FRAUD_DATASET_ROOT`` or the CLI wins.
 """
 
@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Literal
 
 from pipeline.config import ConfigError, env_override, from_dict, load_section
+from pipeline.decisions.operating_points import DecisionBudget
 
 CompressionMethod = Literal["allreduce", "fp16", "bf16", "topk_ef", "topk"]
 LossKind = Literal["weighted_bce", "focal"]
@@ -126,6 +127,9 @@ class TrainConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     loop: LoopConfig = field(default_factory=LoopConfig)
     faults: FaultConfig = field(default_factory=FaultConfig)
+    # The review budget the finalised model's thresholds are chosen from (on its validation split):
+    # they ship with the version, so every later stage (gate, service, monitor) reads them from it.
+    decisions: DecisionBudget = field(default_factory=DecisionBudget)
 
 
 def validate_config(config: TrainConfig, source: str) -> TrainConfig:
