@@ -44,6 +44,7 @@ from mlflow.utils.validation import (
 
 from pipeline.config import PROJECT_ROOT, flatten
 from pipeline.datasets.manifest import LABEL_COLUMN, DatasetManifest
+from pipeline.decisions.operating_points import OPERATING_POINTS_FILE, read_operating_points
 from pipeline.registry import plots
 from pipeline.registry.config import RegistryConfig
 from pipeline.registry.model_package import feature_columns, log_pyfunc_model, register_version
@@ -229,10 +230,16 @@ def _log_and_register(client: MlflowClient, config: RegistryConfig, run: Trainin
         mlflow.log_params(params)
         _log_metrics(client, run_id, run)
         log_training_dataset(run.dataset, run.dataset_root or run.files.dataset)
-        for path in (run.files.config, run.files.dataset, run.files.summary):
-            mlflow.log_artifact(str(path), artifact_path=RUN_ARTIFACTS)
+        for path in (run.files.config, run.files.dataset, run.files.summary, run.validation_scores):
+            if path.is_file():  # validation scores: the monitor's reference distribution of live scores
+                mlflow.log_artifact(str(path), artifact_path=RUN_ARTIFACTS)
         _log_plots(run)
         info = log_pyfunc_model(run.model_dir)
     if run.summary.finished_at is not None:  # leaving start_run stamped "now"; the run ended with training
         client.set_terminated(run_id, RunStatus.to_string(RunStatus.FINISHED), end_time=_epoch_ms(run.summary.finished_at))
-    return register_version(config.model_name, info.model_uri, {**tags, "source": "training-run"})
+    points = read_operating_points(run.model_dir)
+    if points is None:
+        log.warning("%s ships no %s: the service will serve it with serving.toml's explicit thresholds or "
+                    "refuse it (decision.without_operating_points)", run.name, OPERATING_POINTS_FILE)
+    return register_version(config.model_name, info.model_uri,
+                            {**tags, "source": "training-run", **(points.tags() if points else {})})

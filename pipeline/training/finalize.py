@@ -20,6 +20,7 @@ import torch
 from models.fraud_mlp import save_model
 from pipeline.atomic import atomic_path
 from pipeline.datasets.manifest import DatasetManifest
+from pipeline.decisions.operating_points import DecisionBudget, choose_operating_points, write_operating_points
 from pipeline.training.calibration import apply_calibration, fit_calibration
 from pipeline.training.checkpoint import Checkpointer
 from pipeline.training.config import CompressionConfig
@@ -55,11 +56,13 @@ def compression_summary(config: CompressionConfig) -> CompressionSummary:
 
 def finalize_run(run: RunDir, checkpointer: Checkpointer, dataset_root: Path, manifest: DatasetManifest,
                  loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-                 outcome: TrainingOutcome) -> RunSummary:
-    """Calibrate ``best/`` on the validation split, write model/, validation scores and summary.json.
+                 outcome: TrainingOutcome, budget: DecisionBudget) -> RunSummary:
+    """Calibrate ``best/`` on the validation split, choose the operating points of ``budget`` on the
+    calibrated validation scores, write model/, validation scores and summary.json.
 
-    Side effects, in order: ``best/calibration.pt``, ``model/``, ``validation_scores.parquet``,
-    ``summary.json`` (last: its presence means the run finished). Returns the summary written.
+    Side effects, in order: ``best/calibration.pt``, ``model/`` (weights, then ``operating_points.json``),
+    ``validation_scores.parquet``, ``summary.json`` (last: its presence means the run finished).
+    Returns the summary written.
     """
     model = load_checkpoint_model(checkpointer.best, apply_stored_calibration=False)
     scored = score_split(model, dataset_root, manifest, "validation", 0, 1, torch.device("cpu"))
@@ -70,6 +73,7 @@ def finalize_run(run: RunDir, checkpointer: Checkpointer, dataset_root: Path, ma
     calibrated = split_metrics(scored, loss_fn, calibration.temperature, calibration.logit_shift)
     probs = torch.sigmoid((torch.from_numpy(scored.logits).double() + calibration.logit_shift)
                           / calibration.temperature).numpy()
+    write_operating_points(run.model, choose_operating_points(scored.labels, probs, budget))
     with atomic_path(run.validation_scores) as tmp:
         pq.write_table(scores_table(scored, probs), tmp)
     rss = [r["peak_rss_mb"] for r in outcome.rank_stats]

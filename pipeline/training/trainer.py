@@ -156,7 +156,8 @@ class Trainer:
                     bytes_sent_total=state.bytes_sent_total, bytes_dense_total=state.bytes_dense_total,
                     train_samples=self.loop_samples, loop_seconds=self.loop_seconds, rank_stats=rank_stats,
                     world_size=self.env.world_size, backend=self.env.backend,
-                    compression=self.config.compression, started_at=started))
+                    compression=self.config.compression, started_at=started),
+                self.config.decisions)
         barrier()
         return summary
 

@@ -31,6 +31,11 @@ from pipeline.datasets.manifest import (
     publish_manifest,
 )
 from pipeline.datasets.reader import read_split
+from pipeline.decisions.operating_points import (
+    DecisionBudget,
+    choose_operating_points,
+    write_operating_points,
+)
 from pipeline.metrics import classification_report
 from pipeline.training.checkpoint import Checkpointer
 
@@ -205,6 +210,9 @@ def write_run_dir(run_dir: Path, model: FraudModel, root: Path, manifest: Datase
         for record in epochs:
             fh.write(json.dumps(record) + "\n")
     save_model(model, run_dir / "model")
+    if finite.any():  # as finalisation does: the thresholds of the default budget, on validation
+        write_operating_points(run_dir / "model", choose_operating_points(
+            validation[LABEL_COLUMN].to_numpy(), val_scores, DecisionBudget()))
     validation[["transaction_id", "card_id", "event_time", LABEL_COLUMN]].assign(score=val_scores).to_parquet(
         run_dir / "validation_scores.parquet")
     (run_dir / "summary.json").write_text(json.dumps({

@@ -5,12 +5,18 @@ from __future__ import annotations
 import json
 import shutil
 from dataclasses import replace
+from pathlib import Path
 
 import mlflow
 import numpy as np
 import pytest
 
 from pipeline.datasets.reader import read_split
+from pipeline.decisions.operating_points import (
+    OPERATING_POINTS_FILE,
+    operating_points_from_tags,
+    read_operating_points,
+)
 from pipeline.registry.config import RegistryConfig
 from pipeline.registry.errors import RunDirError
 from pipeline.registry.store import CHALLENGER, connect, version_by_alias
@@ -106,6 +112,24 @@ def test_training_dataset_is_the_runs_dataset_input(registered, world):
     assert json.loads(dataset.source) == {"uri": str(world.root.resolve())}
     columns = [c["name"] for c in json.loads(dataset.schema)["mlflow_colspec"]]
     assert columns == [*trained_on.numeric_features, *trained_on.categorical_features, "label"]
+
+
+def test_the_version_carries_the_operating_points_its_model_ships(registered, tmp_path):
+    config, client, version, run_dir = registered
+    mv = client.get_model_version(config.model_name, str(version))
+    shipped = read_operating_points(RunDir(run_dir).model)
+    assert shipped is not None and operating_points_from_tags(mv.tags) == shipped
+    assert float(mv.tags["operating_points.review_threshold"]) == shipped.review_threshold
+    assert mv.tags["operating_points.budget.review_rate"] == repr(shipped.budget.review_rate)
+    # ... and inside the registered model package, beside the weights (what the service reads).
+    package = mlflow.artifacts.download_artifacts(f"models:/{config.model_name}/{version}", dst_path=str(tmp_path))
+    assert [read_operating_points(p.parent) for p in Path(package).rglob(OPERATING_POINTS_FILE)] == [shipped]
+
+
+def test_validation_scores_are_a_run_artifact(registered):
+    config, client, version, _ = registered
+    run_id = client.get_model_version(config.model_name, str(version)).run_id
+    assert "run/validation_scores.parquet" in {a.path for a in client.list_artifacts(run_id, "run")}
 
 
 def test_plots_are_logged_as_png(registered, tmp_path):

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from models.fraud_mlp import FraudModel, FraudModelConfig, load_model
+from pipeline.decisions.operating_points import DecisionBudget, choose_operating_points, read_operating_points
 from pipeline.training.checkpoint import CALIBRATION_FILE, Checkpointer, load_tensor_file
 from pipeline.training.config import CompressionConfig, OptimConfig
 from pipeline.training.finalize import TrainingOutcome, finalize_run
@@ -38,7 +39,8 @@ def finalized(tmp_path, tiny_dataset, tiny_manifest):
     checkpointer = Checkpointer(run.checkpoints, rank=0, world_size=1, keep_last=2, barrier=lambda: None)
     checkpointer.save(6, 1, {"model": model.state_dict()}, {}, model.config.to_json(), is_best=True)
     started = time.time() - 30.0
-    returned = finalize_run(run, checkpointer, tiny_dataset, tiny_manifest, _loss(tiny_manifest), _outcome(started))
+    returned = finalize_run(run, checkpointer, tiny_dataset, tiny_manifest, _loss(tiny_manifest), _outcome(started),
+                            DecisionBudget())
     return run, checkpointer, returned, started
 
 
@@ -74,6 +76,19 @@ def test_finalizing_again_after_a_kill_gives_the_same_run(finalized, tiny_datase
     run, checkpointer, first, _ = finalized
     run.summary.unlink()  # as if killed just before summary.json
     again = finalize_run(run, checkpointer, tiny_dataset, tiny_manifest, _loss(tiny_manifest),
-                         _outcome(first.started_at))
+                         _outcome(first.started_at), DecisionBudget())
     assert (again.temperature, again.logit_shift) == (first.temperature, first.logit_shift)
     assert RunSummary.from_json(run.summary.read_text()) == again
+
+
+def test_the_model_ships_the_operating_points_of_the_budget_chosen_on_its_validation_scores(finalized):
+    run, _, _, _ = finalized
+    points = read_operating_points(run.model)
+    assert points is not None and points.budget == DecisionBudget() and points.chosen_on == "validation"
+    scores = pq.read_table(run.validation_scores).to_pandas()
+    # They are the thresholds of the calibrated scores the run wrote, at the budget: recomputed here.
+    again = choose_operating_points(scores["label"].to_numpy(), scores["score"].to_numpy(), DecisionBudget())
+    assert (points.review_threshold, points.block_threshold) == (again.review_threshold, again.block_threshold)
+    flagged = (scores["score"] >= points.review_threshold).mean()
+    assert points.validation.review_rate == pytest.approx(flagged)
+    assert flagged >= DecisionBudget().review_rate and points.review_threshold <= points.block_threshold
