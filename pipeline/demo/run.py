@@ -28,6 +28,7 @@ from pipeline.demo.nights import (
     save_played,
     simulate_night,
 )
+from pipeline.demo.scores_log import replay_scores, save_scores
 from pipeline.demo.serving import ServingFigures, ServingStep, pick_live_payments, serving_summary
 from pipeline.kafka.broker import EmbeddedBroker, free_port
 from pipeline.kafka.producer import publish_records
@@ -35,6 +36,7 @@ from pipeline.kafka.reader import read_topic
 from pipeline.kafka.settings import KafkaConfig, load_kafka_config
 from pipeline.nightly.records import NightReport
 from pipeline.paths import state_dir
+from pipeline.serving.config import load_serving_config
 from pipeline.simulation import load_simulation_config
 from pipeline.training.launch import Torchrun
 
@@ -81,9 +83,12 @@ def run_demo(env: str, demo: DemoConfig, echo: Echo = print) -> NightReport:
         kafka = dataclasses.replace(load_kafka_config(env), bootstrap_servers=broker.bootstrap_servers)
         broker.create_topics(kafka.topics(), kafka.partitions)
         echo(f"   Tansu pid {broker.process.pid} on {broker.bootstrap_servers}, topics {', '.join(kafka.topics())}")
+    scores_topic, scores_log = load_serving_config(env).scores.topic, state / "demo" / "scores.jsonl"
     try:
         with _stage(echo, "simulate + publish"):
             traffic = publish_nights(kafka, nights, base, demo, echo)
+            replayed = replay_scores(kafka, scores_topic, scores_log)
+            echo(f"   {replayed} earlier live decisions replayed into {scores_topic} (what the monitor judges)")
         cycle = dataclasses.replace(CycleConfig.load(env), kafka=kafka,
                                     torchrun=Torchrun(nproc_per_node=demo.train_processes))
         with ServingStep(env, kafka, cycle.registry, state / "demo", echo) as serving:
@@ -92,7 +97,9 @@ def run_demo(env: str, demo: DemoConfig, echo: Echo = print) -> NightReport:
             night = _play(cycle, tonight, echo)
             save_played(state, played + 1)
             with _stage(echo, f"scoring service: live payments of {tomorrow.start}"):
-                served = serving.score_live(night, pick_live_payments(simulate_night(tomorrow, base, demo)))
+                day = simulate_night(tomorrow, base, demo)
+                served = serving.score_live(night, tomorrow.start, day, pick_live_payments(day))
+        save_scores(kafka, scores_topic, scores_log)  # the service has stopped: its decisions are all on the topic
     finally:
         broker.stop()
         echo(f"   broker pid {broker.process.pid} stopped")

@@ -36,6 +36,7 @@ import httpx
 import numpy as np
 
 from pipeline.config import PROJECT_ROOT
+from pipeline.decisions.operating_points import OperatingPoints, operating_points_from_tags
 from pipeline.kafka.broker import free_port
 from pipeline.kafka.settings import KafkaConfig
 from pipeline.nightly.records import GateOutcome, NightLedger, NightReport
@@ -52,6 +53,7 @@ WATCH_INTERVAL_S = 0.5
 LIVE_PAYMENTS = 8
 LIVE_FRAUDS = 3  # of distinct patterns, where the day has that many
 STOPPING = ("review", "block")  # decisions that keep a payment from going through unchecked
+EXPLICIT = "the explicit thresholds of serving.toml (the version ships no operating points)"
 
 Echo = Callable[[str], None]
 
@@ -72,15 +74,24 @@ class LivePayment:
 
 @dataclass(frozen=True)
 class ServingFigures:
-    """What the summary says about the service."""
+    """What the summary says about the service: the whole live day, and the payments shown."""
 
-    requests: int
-    decisions: dict[str, int]  # decision -> count
-    frauds_sent: int
-    frauds_stopped: int  # sent frauds decided review or block
+    day: str  # the live day scored (the next day's traffic)
+    requests: int  # payments scored
+    decisions: dict[str, int]  # decision -> count, over the whole day
+    day_frauds: int  # the simulator's truth, never sent
+    day_frauds_stopped: int  # of those, decided review or block
+    frauds_sent: int  # among the payments shown
+    frauds_stopped: int  # shown frauds decided review or block
     version: int  # the version that decided the live payments
+    operating_points: str  # the version's thresholds and the budget they come from
+    review_budget: float | None  # the version's review budget (None: explicit thresholds)
     reload: str  # the hot reload seen, or why there was none
     log: Path
+
+    @property
+    def flagged_share(self) -> float:
+        return sum(self.decisions.get(d, 0) for d in STOPPING) / self.requests if self.requests else float("nan")
 
 
 def pick_live_payments(sim: Simulation, total: int = LIVE_PAYMENTS, frauds: int = LIVE_FRAUDS) -> list[LivePayment]:
@@ -112,8 +123,13 @@ def serving_summary(served: ServingFigures | None) -> list[str]:
     if served is None:
         return ["   scoring service: not started (no champion yet)"]
     decisions = ", ".join(f"{n} {d}" for d, n in sorted(served.decisions.items()))
-    return [f"   scoring service: {served.requests} live payments scored by v{served.version} ({decisions}); "
-            f"{served.frauds_stopped} of the {served.frauds_sent} frauds among them sent to review or blocked",
+    budget = (f" against a review budget of {served.review_budget:.2%}" if served.review_budget is not None
+              else " (explicit thresholds: no budget)")
+    return [f"   scoring service: {served.requests} live payments of {served.day} scored by v{served.version} "
+            f"({decisions}): {served.flagged_share:.2%} sent to review or blocked{budget}",
+            f"   operating points of v{served.version}: {served.operating_points}",
+            f"   frauds: {served.day_frauds_stopped} of the day's {served.day_frauds} frauds sent to review or blocked; "
+            f"{served.frauds_stopped} of the {served.frauds_sent} frauds shown",
             f"   {served.reload}; stopped, log {served.log}"]
 
 
@@ -200,7 +216,10 @@ class ServingStep:
     def __init__(self, env: str, kafka: KafkaConfig, registry: RegistryConfig, workdir: Path, echo: Echo) -> None:
         self.env, self.kafka, self.registry, self.echo = env, kafka, registry, echo
         self.log = workdir / "serving.log"
-        self.poll_interval_s = load_serving_config(env).model.poll_interval_s
+        serving = load_serving_config(env)
+        self.poll_interval_s = serving.model.poll_interval_s
+        self.max_batch_items = serving.server.max_batch_items
+        self.scores_topic = serving.scores.topic
         self.service: ServiceProcess | None = None
         self.watch: VersionWatch | None = None
         self.started_on: int | None = None  # the champion when the service started
@@ -225,8 +244,11 @@ class ServingStep:
         self.echo(f"   serving champion v{champion} beside the night, following the alias every "
                   f"{self.poll_interval_s:g}s")
 
-    def score_live(self, night: NightReport, payments: list[LivePayment]) -> ServingFigures | None:
-        """Make sure the service serves the night's champion, then score ``payments``; None without a champion."""
+    def score_live(self, night: NightReport, day_start: date, day: Simulation,
+                   shown: list[LivePayment]) -> ServingFigures | None:
+        """Make sure the service serves the night's champion, then score the whole live ``day`` (in
+        event-time order, in batches) and print the decisions of ``shown`` (chosen without their
+        scores); None without a champion."""
         champion = night.gate.champion_version
         if champion is None:
             self.echo("   no champion: the gate has promoted no model yet, nothing to serve")
@@ -237,13 +259,30 @@ class ServingStep:
         self.service.wait_ready()
         reload = self._await_champion(night, champion)
         self.echo(f"   {reload}")
-        self.echo(f"   {len(payments)} live payments of the next day (the simulator's truth shown, never sent):")
-        answers = self._post(payments)
-        decisions = Counter(a["decision"] for a in answers)
-        frauds = [a for p, a in zip(payments, answers, strict=True) if p.is_fraud]
-        return ServingFigures(len(answers), dict(decisions), len(frauds),
-                              sum(a["decision"] in STOPPING for a in frauds), answers[-1]["model_version"],
-                              reload, self.log)
+        points = self._operating_points(champion)
+        self.echo(f"   operating points of v{champion}: {points.describe() if points else EXPLICIT}")
+        events = list(day.transaction_records())
+        answers = {a["transaction_id"]: a for a in self._post_batches(events)}
+        self.echo(f"   {len(answers)} live payments of {day_start} scored; {len(shown)} of them, chosen without "
+                  "their scores (the simulator's truth shown, never sent):")
+        for payment in shown:
+            self.echo(decision_line(payment, answers[payment.event["transaction_id"]]))
+        patterns = day.truth["pattern"].to_numpy()  # same row order as the records
+        day_frauds = [answers[e["transaction_id"]] for e, p in zip(events, patterns, strict=True) if p != GENUINE]
+        shown_frauds = [answers[p.event["transaction_id"]] for p in shown if p.is_fraud]
+        return ServingFigures(
+            day=day_start.isoformat(), requests=len(answers), decisions=dict(Counter(a["decision"] for a in answers.values())),
+            day_frauds=len(day_frauds), day_frauds_stopped=sum(a["decision"] in STOPPING for a in day_frauds),
+            frauds_sent=len(shown_frauds), frauds_stopped=sum(a["decision"] in STOPPING for a in shown_frauds),
+            version=answers[events[-1]["transaction_id"]]["model_version"],
+            operating_points=points.describe() if points else EXPLICIT,
+            review_budget=points.review_budget if points else None, reload=reload, log=self.log)
+
+    def _operating_points(self, version: int) -> OperatingPoints | None:
+        from pipeline.registry.store import connect
+
+        tags = connect(self.registry).get_model_version(self.registry.model_name, str(version)).tags
+        return operating_points_from_tags(tags)
 
     def _start(self, champion: int) -> None:
         self.service = ServiceProcess(self.env, self.kafka, self.log)
@@ -283,15 +322,16 @@ class ServingStep:
         self.watch.stop()  # its last poll may predate the one that saw ``champion``
         return self.watch.versions if self.watch.versions[-1:] == [champion] else [*self.watch.versions, champion]
 
-    def _post(self, payments: list[LivePayment]) -> list[dict[str, Any]]:
-        answers = []
-        with httpx.Client(base_url=self.service.url, timeout=30.0) as http:
-            for payment in payments:
-                response = http.post("/score", json=payment.event)
+    def _post_batches(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """POST /score/batch in event-time order, as many payments a request as the service accepts."""
+        answers: list[dict[str, Any]] = []
+        size = self.max_batch_items
+        with httpx.Client(base_url=self.service.url, timeout=120.0) as http:
+            for start in range(0, len(events), size):
+                response = http.post("/score/batch", json=events[start: start + size])
                 if response.status_code != 200:
-                    raise ServiceFailed(f"POST /score answered {response.status_code}: {response.text[:300]}")
-                answers.append(response.json())
-                self.echo(decision_line(payment, answers[-1]))
+                    raise ServiceFailed(f"POST /score/batch answered {response.status_code}: {response.text[:300]}")
+                answers += response.json()["results"]
         return answers
 
     def _champion(self) -> int | None:

@@ -71,7 +71,20 @@ def _check_serving(lines: list[str], champion: int | None) -> None:
     with pytest.raises(ProcessLookupError):
         os.kill(int(STOPPED.match(lines[stop]).group(1)), 0)
     summary = out[out.index("== summary of night"):]
-    assert f"scoring service: {LIVE_PAYMENTS} live payments scored by v{champion}" in summary
+    day = re.search(rf"scoring service: (\d+) live payments of \S+ scored by v{champion} \((.*)\): "
+                    r"(\d+\.\d\d)% sent to review or blocked against a review budget of (\d+\.\d\d)%", summary)
+    assert day and int(day.group(1)) > 10 * LIVE_PAYMENTS  # the whole live day, not only the payments shown
+    counts = {d: int(n) for n, d in re.findall(r"(\d+) (\w+)", day.group(2))}
+    assert sum(counts.values()) == int(day.group(1))
+    flagged = 100 * (counts.get("review", 0) + counts.get("block", 0)) / int(day.group(1))
+    assert abs(flagged - float(day.group(3))) < 0.006
+    # The version's thresholds were chosen for the budget on its validation split: a day of the same
+    # portfolio is flagged near it (within a factor of 3 on one small day), not at ~0% as fixed 0.5 / 0.9 did.
+    budget = float(day.group(4))
+    assert budget / 3 <= flagged <= budget * 3
+    assert re.search(rf"operating points of v{champion}: review >= [0-9.e-]+ \(budget: top", summary)
+    assert re.search(r"frauds: \d+ of the day's \d+ frauds sent to review or blocked; \d+ of the \d+ frauds shown",
+                     summary)
 
 
 @pytest.mark.slow
@@ -96,8 +109,13 @@ def test_two_nights_publish_ingest_train_and_gate(state_dir, dev_conf_training_s
     ids_after_first = _raw_transaction_ids(state_dir)
     assert len(ids_after_first) == len(set(ids_after_first))  # the night's duplicates were dropped
 
+    saved = (state_dir / "demo" / "scores.jsonl").read_text().splitlines()
+    assert len(saved) == (int(re.search(r"scoring service: (\d+) live payments", out).group(1))
+                          if first.gate.champion_version else 0)
+
     lines.clear()
     second = run_demo("dev", SMALL, lines.append)
+    assert f"{len(saved)} earlier live decisions replayed into scores" in "\n".join(lines)
     assert second.gate.compared_with == first.gate.champion_version
     assert load_played(state_dir) == 2
     ids_after_second = _raw_transaction_ids(state_dir)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from pathlib import Path
 
 import pytest
 
@@ -17,10 +18,14 @@ from pipeline.demo.serving import (
     LivePayment,
     ServiceFailed,
     ServiceProcess,
+    ServingFigures,
     decision_line,
     pick_live_payments,
     serving_summary,
 )
+from pipeline.demo.dirty import publish_raw
+from pipeline.demo.scores_log import replay_scores, save_scores
+from pipeline.kafka.reader import read_topic
 from pipeline.kafka.settings import KafkaConfig
 from pipeline.simulation import GENUINE, load_simulation_config, simulate
 
@@ -72,3 +77,36 @@ def test_a_service_that_exits_is_reported_with_its_log(tmp_path, state_dir):
     finally:
         assert service.stop() == 1
     assert "no-such-env" in (tmp_path / "serving.log").read_text()
+
+
+def _figures(**changes) -> ServingFigures:
+    base = ServingFigures(day="2026-02-05", requests=4000, decisions={"allow": 3978, "review": 17, "block": 5},
+                          day_frauds=30, day_frauds_stopped=12, frauds_sent=3, frauds_stopped=1, version=2,
+                          operating_points="review >= 0.0213 (budget: top 0.50% of payments), block >= 0.41",
+                          review_budget=0.005, reload="serving champion v2", log=Path("serving.log"))
+    return dataclasses.replace(base, **changes)
+
+
+def test_summary_shows_the_flagged_share_beside_the_budget_and_the_frauds_stopped():
+    lines = serving_summary(_figures())
+    assert lines[0] == ("   scoring service: 4000 live payments of 2026-02-05 scored by v2 (3978 allow, 5 block, "
+                        "17 review): 0.55% sent to review or blocked against a review budget of 0.50%")
+    assert lines[1] == "   operating points of v2: review >= 0.0213 (budget: top 0.50% of payments), block >= 0.41"
+    assert lines[2] == "   frauds: 12 of the day's 30 frauds sent to review or blocked; 1 of the 3 frauds shown"
+
+
+def test_summary_of_a_version_served_with_explicit_thresholds_says_there_is_no_budget():
+    assert serving_summary(_figures(review_budget=None))[0].endswith("sent to review or blocked (explicit thresholds: no budget)")
+
+
+def test_the_scores_log_replays_a_topic_byte_for_byte_in_order(kafka_config, tmp_path):
+    topic = f"scores-log-{tmp_path.name}"[:200]
+    sent = [(f"tx-{i}".encode(), f'{{"i": {i}}}'.encode()) for i in range(50)] + [(b"tx-none", None)]
+    assert replay_scores(kafka_config, topic, tmp_path / "absent.jsonl") == 0  # creates the topic
+    publish_raw(kafka_config, topic, sent)
+    assert save_scores(kafka_config, topic, tmp_path / "scores.jsonl") == len(sent)
+    copy = f"{topic}-replayed"
+    assert replay_scores(kafka_config, copy, tmp_path / "scores.jsonl") == len(sent)
+    original, replayed = read_topic(kafka_config, topic), read_topic(kafka_config, copy)
+    assert [(r.partition, r.offset, r.key, r.value) for r in replayed] == \
+        [(r.partition, r.offset, r.key, r.value) for r in original]
