@@ -3,9 +3,12 @@
 Request path: :mod:`.app` (HTTP, validation with the event contract) -> :mod:`.batcher` (concurrent
 requests scored together, in the scoring thread) -> :mod:`.service` (decisions) -> :mod:`.features`
 (online features, the Spark job's kernel) -> :mod:`.scorer` (model, attribution) -> :mod:`.rules` +
-:mod:`.decision` (fusion policy) -> :mod:`.publisher` (the scores topic, :mod:`.score_event`). Background: :mod:`.reloader` (alias poll, hot swap; models from
-:mod:`.model_source`), :mod:`.stream` (Kafka feed, seeded by :mod:`.seed`), rules refresh and feature
-expiry (:mod:`.periodic`). /metrics: :mod:`.telemetry` on :mod:`.metrics`. Failures: :mod:`.errors`.
+:mod:`.decision` (fusion policy, at the version's :mod:`.thresholds`) -> :mod:`.publisher` (the
+scores topic, :mod:`.score_event`); flagged and blocked counts -> :mod:`.rates`. Background:
+:mod:`.reloader` (alias poll, hot swap of model and thresholds; models and operating points from
+:mod:`.model_source`), :mod:`.stream` (Kafka feed, seeded by :mod:`.seed`), rules refresh, feature
+expiry and the review-rate check (:mod:`.periodic`, :mod:`.rate_check`). /metrics: :mod:`.telemetry`
+on :mod:`.metrics`. Failures: :mod:`.errors`.
 Wiring: :func:`.service.build_service`; running: :mod:`.server`. Offline check: :mod:`.consistency`.
 Config: :mod:`.config` (``conf/<env>/serving.toml``). Operator guide: docs/scoring.md.
 """

@@ -3,7 +3,8 @@
 =======================  =====================================================================
 ``POST /score``          one transaction (event contract v1) -> score, decision, model version, reasons
 ``POST /score/batch``    ``{"transactions": [...]}`` -> ``{"results": [...]}`` (one model version)
-``GET /health``          model version, loaded at, last reload error, rules, features, stream, scores
+``GET /health``          status (ok, degraded, not_ready; always 200) and why; model version, thresholds,
+                         last reload error; rates, review-rate check, rules, features, stream, scores
 ``GET /ready``           200 once a model is live and the features are seeded, else 503
 ``GET /metrics``         Prometheus text
 ``POST /admin/reload``   re-read the alias and reload (even the same version)      } Bearer token
@@ -284,7 +285,8 @@ def create_app(service: ScoringService, server: ServerConfig, admin: AdminConfig
 
     @app.get("/health")
     async def health() -> Response:
-        """Model version, loaded at, last reload error; rules, features, stream and publisher state."""
+        """Status (ok, degraded: the review rate left its band; not_ready) and why; model version, thresholds,
+        last reload error; realised rates, rules, features, stream and publisher state."""
         return json_response(service.health())
 
     @app.get("/ready", responses={503: {"description": "not ready, with the reasons"}})

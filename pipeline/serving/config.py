@@ -1,7 +1,8 @@
 """The scoring service's config slice (``conf/<env>/serving.toml``), one dataclass per component.
 
 The HTTP layer gets :class:`ServerConfig`, the model reloader :class:`ModelConfig`, the fusion
-policy :class:`DecisionConfig`, the rule book :class:`RulesConfig`, the online-feature feed
+policy and the choice of thresholds :class:`DecisionConfig`, the realised rates and their health
+check :class:`AlertsConfig`, the rule book :class:`RulesConfig`, the online-feature feed
 :class:`StreamConfig`, the score publisher :class:`ScoresConfig`, the admin endpoints
 :class:`AdminConfig`. Where the model comes from (registry URI, model name), which Kafka cluster
 and topics, the label delay of the features and where the raw store lives are *not* repeated
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from pipeline.config import ConfigError, env_override, load_section
 from pipeline.paths import resolve_state_path
@@ -44,18 +46,30 @@ class ModelConfig:
     shadow: bool = False  # also score the challenger (logged and published, never decides)
     warmup_rows: int = 64  # rows scored by a freshly loaded model before it takes traffic
     explain_top_k: int = 3  # features reported per decision (0: no attribution, one forward per request)
-    # Payments scoring below this get no feature attribution (their occlusion rows cost ~30x the score
-    # itself); the review threshold explains every payment the score sends to review or declines. 0: all.
+    # Payments scoring below this and below the version's review threshold get no feature attribution
+    # (their occlusion rows cost ~30x the score itself): every payment the score flags is explained. 0: all.
     explain_min_score: float = 0.5
     torch_threads: int = 1  # the scoring thread's forwards run beside the event loop, which needs a core
 
 
+ThresholdPolicy = Literal["version", "config"]
+MissingPointsPolicy = Literal["config", "refuse"]
+MAX_RATE_WINDOW_S = 86_400  # the rate ring holds one bucket per second of the longest window
+
+
 @dataclass(frozen=True)
 class DecisionConfig:
-    """Thresholds of the fusion policy (:mod:`pipeline.serving.decision`) on the calibrated score."""
+    """Which thresholds the fusion policy (:mod:`pipeline.serving.decision`) applies to the calibrated
+    score, and the allowlist's limit (see :mod:`pipeline.serving.thresholds`)."""
 
-    review_threshold: float = 0.5  # at or above: send to manual review
-    block_threshold: float = 0.9  # at or above: decline
+    # "version": each version's operating points (chosen from its review budget when its run was
+    # finalised); "config": review_threshold / block_threshold below for every version (an override).
+    thresholds: ThresholdPolicy = "version"
+    # A version packaged before operating points existed: "config" serves it with the thresholds below
+    # (warning logged, shown on /health); "refuse" does not load it (the live version keeps serving).
+    without_operating_points: MissingPointsPolicy = "config"
+    review_threshold: float = 0.5  # at or above: send to manual review (only as the override or the fallback)
+    block_threshold: float = 0.9  # at or above: decline (likewise)
     # An allow-listed card/merchant/device is allowed unless its score is at least this extreme;
     # then the thresholds decide as for anyone else (a compromised VIP card is still a stolen card).
     allowlist_override: float = 0.99
@@ -65,6 +79,22 @@ class DecisionConfig:
             raise ConfigError("serving decision thresholds must satisfy 0 <= review_threshold <= block_threshold "
                               f"<= allowlist_override <= 1, got {self.review_threshold}, {self.block_threshold}, "
                               f"{self.allowlist_override}")
+
+
+@dataclass(frozen=True)
+class AlertsConfig:
+    """Realised review and block rates (/metrics) and the /health check of the review rate against the
+    live version's budget (:mod:`pipeline.serving.rates`, :mod:`pipeline.serving.rate_check`)."""
+
+    rate_windows_s: tuple[int, ...] = (300, 3600)  # sliding windows of the realised rates on /metrics
+    review_rate_window_s: int = 3600  # /health judges the review rate over this window
+    # Degraded when the rate is outside [budget * (1 - band), budget * (1 + band)] ...
+    rate_band: float = 0.5
+    degraded_after_s: float = 900.0  # ... for this long without a break (0: at once)
+    # Fewer payments than this in the window are not judged: at a 0.5% budget, 10,000 payments hold
+    # ~50 flags, whose noise (+-14%) stays well inside a 50% band.
+    min_payments: int = 10_000
+    check_interval_s: float = 5.0  # how often the check runs (and at every GET /health)
 
 
 @dataclass(frozen=True)
@@ -113,6 +143,7 @@ class ServingConfig:
     server: ServerConfig = field(default_factory=ServerConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     decision: DecisionConfig = field(default_factory=DecisionConfig)
+    alerts: AlertsConfig = field(default_factory=AlertsConfig)
     rules: RulesConfig = field(default_factory=RulesConfig)
     stream: StreamConfig = field(default_factory=StreamConfig)
     scores: ScoresConfig = field(default_factory=ScoresConfig)
@@ -137,9 +168,32 @@ def validate_serving_config(config: ServingConfig, source: str = "serving.toml")
         problems.append("stream.expiry_margin_hours must be >= 0 and stream.poll_timeout_ms >= 1")
     if config.scores.queue_size < 1 or not config.scores.topic:
         problems.append("scores.queue_size must be >= 1 and scores.topic non-empty")
+    problems += alerts_problems(config.alerts)
     if problems:
         raise ConfigError(f"{source}: " + "; ".join(problems))
     return config
+
+
+def alerts_problems(a: AlertsConfig) -> list[str]:
+    """What is wrong with ``[alerts]``, each naming its key."""
+    problems = []
+    windows = (*a.rate_windows_s, a.review_rate_window_s)
+    if not a.rate_windows_s:
+        problems.append("alerts.rate_windows_s must name at least one window")
+    elif len(set(a.rate_windows_s)) != len(a.rate_windows_s):
+        problems.append(f"alerts.rate_windows_s must not repeat a window, got {list(a.rate_windows_s)}")
+    if not all(1 <= w <= MAX_RATE_WINDOW_S for w in windows):
+        problems.append(f"alerts.rate_windows_s and alerts.review_rate_window_s must be in 1..{MAX_RATE_WINDOW_S} "
+                        f"seconds, got {list(a.rate_windows_s)} and {a.review_rate_window_s}")
+    if not a.rate_band > 0.0:
+        problems.append(f"alerts.rate_band must be > 0 (0.5: within 50% of the budget), got {a.rate_band}")
+    if not a.degraded_after_s >= 0.0:
+        problems.append(f"alerts.degraded_after_s must be >= 0, got {a.degraded_after_s}")
+    if a.min_payments < 1:
+        problems.append(f"alerts.min_payments must be >= 1, got {a.min_payments}")
+    if not a.check_interval_s > 0.0:
+        problems.append(f"alerts.check_interval_s must be > 0, got {a.check_interval_s}")
+    return problems
 
 
 def load_serving_config(env: str | None = None, path: Path | None = None) -> ServingConfig:

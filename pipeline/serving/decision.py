@@ -10,7 +10,9 @@ In order, the first that applies decides:
 
 A payment on both lists is blocked: a block entry is a deliberate act against a known bad actor,
 an allow entry a convenience for known good ones. The thresholds apply to the calibrated fraud
-probability the registered model outputs (the gate holds its calibration error under a limit).
+probability the registered model outputs and are those of the version that scored the payment
+(:class:`.thresholds.Thresholds`: its operating points, or serving.toml's explicit ones);
+``allowlist_override`` is serving.toml's, the same for every version.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ import enum
 import math
 from dataclasses import dataclass
 
-from pipeline.serving.config import DecisionConfig
 from pipeline.serving.rules import RuleHit
+from pipeline.serving.thresholds import Thresholds
 
 
 class Decision(enum.StrEnum):
@@ -39,25 +41,26 @@ class Verdict:
     decided_by: str  # "blocklist" | "allowlist" | "score" | "no_score"
 
 
-def thresholds_crossed(score: float, config: DecisionConfig) -> tuple[str, ...]:
+def thresholds_crossed(score: float, thresholds: Thresholds, allowlist_override: float) -> tuple[str, ...]:
     """Names (with values) of the thresholds ``score`` is at or above, lowest first."""
-    levels = (("review_threshold", config.review_threshold), ("block_threshold", config.block_threshold),
-              ("allowlist_override", config.allowlist_override))
+    levels = (("review_threshold", thresholds.review_threshold), ("block_threshold", thresholds.block_threshold),
+              ("allowlist_override", allowlist_override))
     return tuple(f"{name}>={value:g}" for name, value in levels if score >= value)
 
 
-def decide(score: float, hits: tuple[RuleHit, ...], config: DecisionConfig) -> Verdict:
-    """The decision for a payment with fraud probability ``score`` and rule hits ``hits``."""
-    crossed = thresholds_crossed(score, config)
+def decide(score: float, hits: tuple[RuleHit, ...], thresholds: Thresholds, allowlist_override: float) -> Verdict:
+    """The decision for a payment with fraud probability ``score`` and rule hits ``hits``, judged at
+    the scoring version's ``thresholds``."""
+    crossed = thresholds_crossed(score, thresholds, allowlist_override)
     if any(h.action == "block" for h in hits):
         return Verdict(Decision.BLOCK, hits, crossed, "blocklist")
     if not math.isfinite(score):
         return Verdict(Decision.REVIEW, hits, crossed, "no_score")
-    if any(h.action == "allow" for h in hits) and score < config.allowlist_override:
+    if any(h.action == "allow" for h in hits) and score < allowlist_override:
         return Verdict(Decision.ALLOW, hits, crossed, "allowlist")
-    if score >= config.block_threshold:
+    if score >= thresholds.block_threshold:
         decision = Decision.BLOCK
-    elif score >= config.review_threshold:
+    elif score >= thresholds.review_threshold:
         decision = Decision.REVIEW
     else:
         decision = Decision.ALLOW

@@ -8,13 +8,17 @@ version but not another registry, model or path.
 
 Loading never unpickles and never runs code shipped with the model: the version's artifacts are
 downloaded, the ``model_dir`` artifact is located through the MLmodel file (parsed with
-``yaml.safe_load``) and read by :func:`models.fraud_mlp.load_model` (safetensors tensors + JSON).
-The pyfunc wrapper and its code directory are ignored.
+``yaml.safe_load``) and read by :func:`models.fraud_mlp.load_model` (safetensors tensors + JSON),
+with the version's operating points beside the weights (``operating_points.json``, plain JSON, by
+:func:`pipeline.decisions.operating_points.read_operating_points`). The pyfunc wrapper and its code
+directory are ignored. A version without operating points is fetched (what serves it then is
+serving.toml's choice, :mod:`pipeline.serving.thresholds`); a corrupt file refuses the version.
 """
 
 from __future__ import annotations
 
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -24,6 +28,7 @@ from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
 from models.fraud_mlp import CONFIG_FILE, WEIGHTS_FILE, FraudModel, load_model
+from pipeline.decisions.operating_points import OPERATING_POINTS_FILE, OperatingPoints, read_operating_points
 from pipeline.registry.config import RegistryConfig
 from pipeline.registry.errors import ModelLoadError
 from pipeline.registry.model_package import MODEL_DIR_ARTIFACT
@@ -32,14 +37,23 @@ from pipeline.registry.store import connect, version_by_alias, version_uri
 PYFUNC_FLAVOR = "python_function"
 
 
+@dataclass(frozen=True)
+class FetchedVersion:
+    """What a registered version ships for serving."""
+
+    model: FraudModel  # in eval mode
+    operating_points: OperatingPoints | None  # None: packaged before operating points existed
+
+
 class ModelSource(Protocol):
     model_name: str
 
     def alias_version(self, alias: str) -> int | None:
         """The version ``alias`` points at, or None when it points nowhere."""
 
-    def fetch(self, version: int) -> FraudModel:
-        """The model of ``version`` in eval mode; raises ModelLoadError when it cannot be had."""
+    def fetch(self, version: int) -> FetchedVersion:
+        """The model and operating points of ``version``; raises ModelLoadError when it cannot be had
+        (a corrupt operating-points file included)."""
 
 
 class RegistryModelSource:
@@ -59,7 +73,7 @@ class RegistryModelSource:
         version = version_by_alias(self._connected(), self.model_name, alias)
         return int(version.version) if version else None
 
-    def fetch(self, version: int) -> FraudModel:
+    def fetch(self, version: int) -> FetchedVersion:
         self._connected()
         uri = version_uri(self.model_name, version)
         with tempfile.TemporaryDirectory(prefix="fraud-serving-") as tmp:
@@ -70,10 +84,16 @@ class RegistryModelSource:
                                      "version exists (`fraudctl history`) and its artifacts are readable") from exc
             directory = model_directory(local, uri)
             try:
-                return load_model(directory)
+                model = load_model(directory)
             except Exception as exc:  # safetensors, JSON and shape errors all mean "corrupt model"
                 raise ModelLoadError(f"{uri}: the model files are corrupt ({type(exc).__name__}: {exc}); "
                                      "re-register the training run or roll back") from exc
+            try:
+                points = read_operating_points(directory)
+            except ValueError as exc:  # a damaged package is not "no thresholds": never guess them
+                raise ModelLoadError(f"{uri}: its {OPERATING_POINTS_FILE} is corrupt ({exc}); re-register the "
+                                     "training run or roll back") from exc
+            return FetchedVersion(model, points)
 
 
 def model_directory(local: Path, uri: str) -> Path:

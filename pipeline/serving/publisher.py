@@ -4,10 +4,10 @@ A request only appends its :class:`ScoreEvent` to a bounded queue (never blocks:
 full the event is dropped and counted, so a slow or absent broker cannot slow scoring down). One
 background thread drains the queue in batches every few milliseconds; it is not woken per decision
 (a wake-up per request would hand the GIL back and forth on every request). When a challenger is
-loaded in shadow mode it scores the batch's features in one forward (its opinion is added to the
-event, and counted when it would have decided differently; it never decides), then hands the
-events to a producer with the project's settings (:func:`pipeline.kafka.producer.producer_settings`:
-``acks=all``, idempotent, batched). Delivery failures are counted with their last error.
+loaded in shadow mode it scores the batch's features in one forward and decides them at its own
+version's thresholds (its opinion is added to the event, and counted when it would have decided
+differently; it never decides), then hands the events to a producer with the project's settings
+(:func:`pipeline.kafka.producer.producer_settings`: ``acks=all``, idempotent, batched). Delivery failures are counted with their last error.
 
 The producer is confluent-kafka's (librdkafka batches and sends in C): it shares the process, and
 so the CPU, with scoring, and kafka-python's pure-Python producer cost 72 us of CPU per decision
@@ -31,9 +31,9 @@ from pipeline.kafka.producer import producer_settings
 from pipeline.kafka.settings import KafkaConfig, with_log_routing
 from pipeline.serving.config import DecisionConfig, ScoresConfig
 from pipeline.serving.decision import decide
+from pipeline.serving.reloader import LiveVersion
 from pipeline.serving.rules import RuleHit
 from pipeline.serving.score_event import ScoreEvent, ShadowScore
-from pipeline.serving.scorer import Scorer
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ class ScorePublisher:
     """Queue -> (shadow score) -> scores topic. ``kafka=None`` or ``publish=false``: shadow only."""
 
     def __init__(self, config: ScoresConfig, kafka: KafkaConfig | None, decision: DecisionConfig,
-                 shadow: Callable[[], Scorer | None]) -> None:
+                 shadow: Callable[[], LiveVersion | None]) -> None:
         self.config = config
         self.kafka = kafka if config.publish else None
         self.decision = decision
@@ -133,13 +133,13 @@ class ScorePublisher:
         if shadow is None or not items:
             return [event for event, _ in items]
         try:
-            scores = shadow.score_rows([event.features for event, _ in items])
+            scores = shadow.scorer.score_rows([event.features for event, _ in items])
         except Exception as exc:  # a broken challenger must not cost the champion's events
             self.last_error = f"shadow version {shadow.version} failed to score: {exc}"
             return [event for event, _ in items]
         out = []
         for (event, hits), score in zip(items, scores, strict=True):
-            decision = decide(score, hits, self.decision).decision.value
+            decision = decide(score, hits, shadow.thresholds, self.decision.allowlist_override).decision.value
             out.append(dataclasses.replace(event, shadow=ShadowScore(shadow.version, score, decision)))
             if decision != event.decision:
                 self._count("shadow_disagreed")

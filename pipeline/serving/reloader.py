@@ -2,12 +2,15 @@
 
 :meth:`ModelReloader.sync` (called at start, every ``poll_interval_s`` and by the admin endpoints)
 reads the version the alias names, or the pinned one. When it differs from the live version it
-fetches the version, checks its feature schema and warms it up, all beside the live model, and
-only then replaces the one reference requests read (:attr:`ModelReloader.active`). A request
-takes that reference once and finishes on the model it took, so requests in flight complete on
-the old model and none fail; the old model is freed when the last of them finishes.
+fetches the version, checks its feature schema, settles the thresholds it will decide with
+(:func:`.thresholds.thresholds_for`: its operating points, or serving.toml's) and warms it up, all
+beside the live model, and only then replaces the one reference requests read
+(:attr:`ModelReloader.active`, a :class:`LiveVersion`: model and thresholds together). A request
+takes that reference once and finishes on the model and thresholds it took, so requests in flight
+complete on the old version and none fail; the old model is freed when the last of them finishes.
 
-A version that fails to load changes nothing: the live model keeps serving, and the failure is
+A version that fails to load (a refused one included: no operating points under ``"refuse"``, a
+corrupt operating-points file) changes nothing: the live model keeps serving, and the failure is
 kept (``last_error``, the failure counter) for /health and /metrics. A failed version is retried
 with a doubling back-off (a transient artifact-store error heals; a corrupt model does not spin).
 Promotions and rollbacks both just move the alias, so both reach the service the same way.
@@ -23,14 +26,27 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.serving.config import ModelConfig
+from pipeline.serving.config import DecisionConfig, ModelConfig
 from pipeline.serving.errors import ServingError
 from pipeline.serving.model_source import ModelSource
 from pipeline.serving.scorer import FeatureRow, Scorer
+from pipeline.serving.thresholds import Thresholds, thresholds_for
 
 log = logging.getLogger(__name__)
 
 MAX_RETRY_BACKOFF_S = 600.0
+
+
+@dataclass(frozen=True)
+class LiveVersion:
+    """What one swap puts live: a version's scorer and the thresholds it decides with."""
+
+    scorer: Scorer
+    thresholds: Thresholds
+
+    @property
+    def version(self) -> int:
+        return self.scorer.version
 
 
 @dataclass(frozen=True)
@@ -46,12 +62,14 @@ class LoadFailure:
 class ModelReloader:
     """The live model for one alias (``champion``, or ``challenger`` for shadow scoring)."""
 
-    def __init__(self, source: ModelSource, alias: str, config: ModelConfig, warmup: Sequence[FeatureRow]) -> None:
+    def __init__(self, source: ModelSource, alias: str, config: ModelConfig, warmup: Sequence[FeatureRow],
+                 decision: DecisionConfig) -> None:
         self.source = source
         self.alias = alias
         self.config = config
+        self.decision = decision
         self.warmup = list(warmup)
-        self._active: Scorer | None = None
+        self._active: LiveVersion | None = None
         self._lock = threading.Lock()  # one load at a time (poller and admin calls)
         self.pinned: int | None = None
         self.alias_version: int | None = None  # what the alias named at the last successful read
@@ -60,8 +78,8 @@ class ModelReloader:
         self._retry: dict[int, tuple[float, int]] = {}  # failed version -> (not before, attempts)
 
     @property
-    def active(self) -> Scorer | None:
-        """The model serving now; read it once per request."""
+    def active(self) -> LiveVersion | None:
+        """The version serving now (model and thresholds); read it once per request."""
         return self._active
 
     def sync(self, force: bool = False) -> bool:
@@ -87,7 +105,7 @@ class ModelReloader:
                 return False
             return self._load(target)
 
-    def pin(self, version: int | None) -> Scorer | None:
+    def pin(self, version: int | None) -> LiveVersion | None:
         """Serve ``version`` regardless of the alias (``None``: follow the alias again).
 
         Raises ServingError when the version cannot serve; the live model and the pin stay as they were.
@@ -106,8 +124,11 @@ class ModelReloader:
     def _load(self, version: int) -> bool:
         started = time.monotonic()
         try:
-            scorer = Scorer(self.source.fetch(version), version, self.config.explain_top_k,
-                            self.config.explain_min_score)
+            fetched = self.source.fetch(version)
+            thresholds = thresholds_for(version, fetched.operating_points, self.decision)
+            # Every payment the version flags is explained, however low its review threshold.
+            scorer = Scorer(fetched.model, version, self.config.explain_top_k,
+                            min(self.config.explain_min_score, thresholds.review_threshold))
             scorer.warm_up(self.warmup)
         except Exception as exc:  # fetch, schema and warm-up failures alike: the live model stays
             _, attempts = self._retry.get(version, (0.0, 0))
@@ -116,11 +137,14 @@ class ModelReloader:
             self._record_failure(version, f"{type(exc).__name__}: {exc}", "failure")
             return False
         previous = self._active
-        self._active = scorer  # the swap: one reference assignment
+        self._active = LiveVersion(scorer, thresholds)  # the swap: one reference assignment
         self._retry.pop(version, None)
         self.loads["success"] += 1
-        log.info("%s: version %s live (was %s), loaded in %.2fs", self.alias, version,
-                 previous.version if previous else None, time.monotonic() - started)
+        log.info("%s: version %s live (was %s), loaded in %.2fs; review >= %.4g, block >= %.4g (%s)", self.alias,
+                 version, previous.version if previous else None, time.monotonic() - started,
+                 thresholds.review_threshold, thresholds.block_threshold, thresholds.source)
+        if thresholds.warning:
+            log.warning("%s: %s", self.alias, thresholds.warning)
         return True
 
     def _record_failure(self, version: int | None, message: str, kind: str) -> None:
@@ -132,7 +156,8 @@ class ModelReloader:
     def status(self) -> dict[str, Any]:
         active = self._active
         return {"alias": self.alias, "version": active.version if active else None,
-                "loaded_at": active.loaded_at if active else None, "alias_version": self.alias_version,
-                "forward": active.forward if active else None,
+                "loaded_at": active.scorer.loaded_at if active else None, "alias_version": self.alias_version,
+                "forward": active.scorer.forward if active else None,
+                "thresholds": active.thresholds.to_dict() if active else None,
                 "pinned": self.pinned, "loads": dict(self.loads),
                 "last_error": self.last_error.to_dict() if self.last_error else None}

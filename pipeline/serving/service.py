@@ -1,21 +1,26 @@
 """The scoring service without HTTP: one payment in, a decision with its reasons out.
 
-:meth:`ScoringService.score_batch` reads, in order: the live model (one reference, kept for the
-whole batch: a hot swap mid-batch changes nothing for it), the payments' features as of their own
-times (the payments join the history; each sees the batch's earlier ones), the model's scores and
-strongest features (one forward for the batch), the rule hits, and the fusion policy's decisions;
-the decisions go to the score publisher's queue. :meth:`score` is a batch of one. Input is
-already validated contract events (the HTTP layer validates; so does the Kafka feed).
+:meth:`ScoringService.score_batch` reads, in order: the live version (one reference, model and
+thresholds, kept for the whole batch: a hot swap mid-batch changes nothing for it), the payments'
+features as of their own times (the payments join the history; each sees the batch's earlier
+ones), the model's scores and strongest features (one forward for the batch), the rule hits, and
+the fusion policy's decisions at that version's thresholds; the decisions go to the score
+publisher's queue, and the batch's flagged and blocked counts to the rate ring (:mod:`.rates`).
+:meth:`score` is a batch of one. Input is already validated contract events (the HTTP layer
+validates; so does the Kafka feed).
 
 :meth:`start` loads the champion before returning (so a service that starts with a champion is
 ready at once), then runs the background parts: the alias poll, the rules refresh, feature
-expiry, the event feed and the publisher. :meth:`stop` ends them in reverse order.
+expiry, the review-rate check (:mod:`.rate_check`), the event feed and the publisher. :meth:`stop`
+ends them in reverse order. :meth:`health` is ``not_ready`` before a model is live and the
+features are seeded, ``degraded`` while the review rate has been outside its band too long, else ``ok``.
 """
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,11 +42,16 @@ from pipeline.serving.metrics import Counter
 from pipeline.serving.model_source import RegistryModelSource
 from pipeline.serving.periodic import Periodic
 from pipeline.serving.publisher import ScorePublisher
-from pipeline.serving.reloader import ModelReloader
+from pipeline.serving.rate_check import ReviewRateCheck
+from pipeline.serving.rates import DecisionRates
+from pipeline.serving.reloader import LiveVersion, ModelReloader
 from pipeline.serving.rules import RuleBook, RuleSet
 from pipeline.serving.score_event import ScoreEvent
-from pipeline.serving.scorer import Attribution, Scored, Scorer
+from pipeline.serving.scorer import Attribution, Scored
 from pipeline.serving.stream import EventFeed
+from pipeline.serving.thresholds import Thresholds
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -86,10 +96,16 @@ class ServiceParts:
 
 
 class ScoringService:
-    def __init__(self, config: ServingConfig, parts: ServiceParts) -> None:
+    """``clock`` (seconds, monotonic) times the rate windows and the review-rate check."""
+
+    def __init__(self, config: ServingConfig, parts: ServiceParts, clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config
         self.parts = parts
-        self.decisions = Counter("fraud_scoring_decisions_total", "Decisions made, by decision and by what decided.")
+        self.decisions = Counter("fraud_scoring_decisions_total",
+                                 "Decisions made, by decision, by what decided and by the model version deciding.")
+        alerts = config.alerts
+        self.rates = DecisionRates(max((*alerts.rate_windows_s, alerts.review_rate_window_s)), clock)
+        self.review_rate_check = ReviewRateCheck(alerts, self.rates, lambda: parts.champion.active, clock)
         self.started_at: float | None = None
         self._periodic: list[Periodic] = []
 
@@ -97,13 +113,19 @@ class ScoringService:
     def start(self) -> None:
         torch.set_num_threads(self.config.model.torch_threads)
         p = self.parts
+        d = self.config.decision
+        if d.thresholds == "config":
+            log.warning('decision.thresholds = "config": every version decides with serving.toml\'s review_threshold '
+                        "%g and block_threshold %g, not its own operating points (an override: no review budget, "
+                        "the review rate is not checked)", d.review_threshold, d.block_threshold)
         p.rules.refresh()
         p.champion.sync()
         if p.shadow is not None:
             p.shadow.sync()
         self._periodic = [Periodic("model-poll", self.config.model.poll_interval_s, self._poll_models),
                           Periodic("rules-refresh", self.config.rules.refresh_interval_s, p.rules.refresh),
-                          Periodic("feature-expiry", self.config.stream.expire_interval_s, p.features.expire)]
+                          Periodic("feature-expiry", self.config.stream.expire_interval_s, p.features.expire),
+                          Periodic("review-rate-check", self.config.alerts.check_interval_s, self.review_rate_check.check)]
         for task in self._periodic:
             task.start()
         if p.feed is not None:
@@ -127,13 +149,13 @@ class ScoringService:
             self.parts.shadow.sync()
 
     # -- scoring -------------------------------------------------------------------------------------
-    def live_model(self) -> Scorer:
-        scorer = self.parts.champion.active
-        if scorer is None:
+    def live_model(self) -> LiveVersion:
+        live = self.parts.champion.active
+        if live is None:
             error = self.parts.champion.last_error
             raise NotReady("no model is loaded yet" + (f" (last error: {error.message})" if error else
                                                        f" (no version has alias {self.parts.champion.alias!r})"))
-        return scorer
+        return live
 
     def score(self, event: dict[str, Any]) -> ScoreResult:
         """Decide one valid transaction event; raises NotReady when no model is live."""
@@ -144,29 +166,44 @@ class ScoringService:
         in the request's order. Each payment's features see the batch's payments of earlier event
         times (a card's earlier payment in the batch is history for its later one), as if they had
         been scored one by one in event-time order. Raises NotReady when no model is live."""
-        scorer = self.live_model()
+        live = self.live_model()
         payments = [payment_from_event(e) for e in events]
         rows = self.parts.features.score_features_many(payments)
         rules = self.parts.rules.rules  # one rule set for the batch, like one model
         scored_at = format_rfc3339(datetime.now(UTC))
-        return [self._decide(scorer, rules, event, payment, features, scored, scored_at)
-                for event, payment, features, scored in zip(events, payments, rows, scorer.score_many(rows),
-                                                            strict=True)]
+        scores = live.scorer.score_many(rows)
+        results = [self._decide(live, rules, event, payment, features, scored, scored_at)
+                   for event, payment, features, scored in zip(events, payments, rows, scores, strict=True)]
+        self._count_rates(live.thresholds, scores)
+        return results
 
-    def _decide(self, scorer: Scorer, rules: RuleSet, event: dict[str, Any], payment: Payment,
+    def _decide(self, live: LiveVersion, rules: RuleSet, event: dict[str, Any], payment: Payment,
                 features: dict[str, float | int], scored: Scored, scored_at: str) -> ScoreResult:
         hits = rules.match(payment.card_id, payment.merchant_id, event.get("device_id"))
-        verdict = decide(scored.score, hits, self.config.decision)
-        self.decisions.inc((("decision", verdict.decision.value), ("decided_by", verdict.decided_by)))
+        thresholds = live.thresholds
+        verdict = decide(scored.score, hits, thresholds, self.config.decision.allowlist_override)
+        self.decisions.inc((("decision", verdict.decision.value), ("decided_by", verdict.decided_by),
+                            ("version", str(live.version))))
         hit_names = tuple(str(h) for h in hits)
         if self.parts.publisher is not None:
             self.parts.publisher.submit(ScoreEvent(
                 transaction_id=payment.transaction_id, card_id=payment.card_id, event_time=event["event_time"],
-                model_version=scorer.version, score=scored.score, decision=verdict.decision.value,
+                model_version=live.version, score=scored.score, decision=verdict.decision.value,
                 decided_by=verdict.decided_by, rules=hit_names, thresholds=verdict.thresholds, features=features,
-                scored_at=scored_at), hits)
-        return ScoreResult(payment.transaction_id, scored.score, verdict.decision, scorer.version,
+                scored_at=scored_at, review_threshold=thresholds.review_threshold,
+                block_threshold=thresholds.block_threshold), hits)
+        return ScoreResult(payment.transaction_id, scored.score, verdict.decision, live.version,
                            Reasons(verdict.decided_by, hit_names, verdict.thresholds, scored.top_features))
+
+    def _count_rates(self, thresholds: Thresholds, scores: Sequence[Scored]) -> None:
+        """The batch's scores crossing the version's thresholds (not its decisions) into the rate ring."""
+        review, block = thresholds.review_threshold, thresholds.block_threshold  # review <= block
+        flagged = blocked = 0
+        for scored in scores:
+            if scored.score >= review:  # a NaN score is never flagged
+                flagged += 1
+                blocked += scored.score >= block
+        self.rates.record(len(scores), flagged, blocked)
 
     # -- state ---------------------------------------------------------------------------------------
     def wait_seeded(self, timeout_s: float) -> bool:
@@ -184,22 +221,39 @@ class ScoringService:
         return problems
 
     def health(self) -> dict[str, Any]:
+        """GET /health: ``status`` (not_ready > degraded > ok) with its reasons, then each part's status."""
         p = self.parts
-        return {"status": "ok" if not self.readiness() else "not_ready", "not_ready": self.readiness(),
+        not_ready = self.readiness()
+        check = self.review_rate_check.check()
+        degraded = [check.reason] if check.state == "degraded" else []
+        live = [r.active for r in (p.champion, p.shadow) if r is not None and r.active is not None]
+        return {"status": "not_ready" if not_ready else "degraded" if degraded else "ok", "not_ready": not_ready,
+                "degraded": degraded, "warnings": [v.thresholds.warning for v in live if v.thresholds.warning],
                 "started_at": self.started_at, "model": p.champion.status(),
-                "shadow": p.shadow.status() if p.shadow else None, "rules": vars(p.rules.status()),
+                "shadow": p.shadow.status() if p.shadow else None, "decision": self._decision_status(),
+                "rates": {f"{w}s": c.to_dict() for w, c in self.rates.windows(self.config.alerts.rate_windows_s).items()},
+                "review_rate_check": check.to_dict(), "rules": vars(p.rules.status()),
                 "features": p.features.status(), "stream": p.feed.status() if p.feed else None,
                 "scores": p.publisher.status() if p.publisher else None}
 
+    def _decision_status(self) -> dict[str, Any]:
+        d = self.config.decision
+        return {"thresholds": d.thresholds, "without_operating_points": d.without_operating_points,
+                "allowlist_override": d.allowlist_override,
+                "override": (f"serving.toml's review_threshold {d.review_threshold:g} and block_threshold "
+                             f"{d.block_threshold:g} decide for every version" if d.thresholds == "config" else None)}
+
 
 def build_service(config: ServingConfig, registry: RegistryConfig, features: FeatureParams,
-                  kafka: KafkaConfig | None, raw_root: Path | None) -> ScoringService:
+                  kafka: KafkaConfig | None, raw_root: Path | None,
+                  clock: Callable[[], float] = time.monotonic) -> ScoringService:
     """A service for the configured registry; ``kafka=None`` runs it without the event feed and
     the scores topic, ``raw_root=None`` without seeding (features start empty)."""
     source = RegistryModelSource(registry)
     warmup = warmup_rows(features, config.model.warmup_rows)
-    champion = ModelReloader(source, CHAMPION, config.model, warmup)
-    shadow = ModelReloader(source, CHALLENGER, config.model, warmup) if config.model.shadow else None
+    champion = ModelReloader(source, CHAMPION, config.model, warmup, config.decision)
+    shadow = (ModelReloader(source, CHALLENGER, config.model, warmup, config.decision)
+              if config.model.shadow else None)
     store = FeatureStore(features, config.stream.expiry_margin_hours)
     feed = None
     if kafka is not None and (config.stream.consume or config.stream.seed_from_raw_store):
@@ -208,4 +262,5 @@ def build_service(config: ServingConfig, registry: RegistryConfig, features: Fea
     if (kafka is not None and config.scores.publish) or shadow is not None:
         publisher = ScorePublisher(config.scores, kafka, config.decision,
                                    lambda: shadow.active if shadow is not None else None)
-    return ScoringService(config, ServiceParts(champion, store, RuleBook(config.rules.file()), shadow, feed, publisher))
+    return ScoringService(config, ServiceParts(champion, store, RuleBook(config.rules.file()), shadow, feed, publisher),
+                          clock)

@@ -4,15 +4,18 @@ The registry fixtures are the registry tests' own (``world``: a state dir and st
 ``config``: a registered model name per test; ``trained``: models of an *older* feature schema,
 which the service must refuse). Models of the current schema are trained once per session on a
 simulated window and logged once per module; each test registers its own versions from those
-logs in milliseconds, so aliases never leak between tests.
+logs in milliseconds, so aliases never leak between tests. ``logged`` models ship no operating
+points (packaged before they existed); ``shipped`` ones do (``SHIPPED_BUDGET``), or a damaged file.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 from fastapi import FastAPI
@@ -20,6 +23,8 @@ from fastapi.testclient import TestClient
 from mlflow import MlflowClient
 
 from models.fraud_mlp import FraudModel
+from pipeline.decisions.operating_points import DecisionBudget, OperatingPoints
+from pipeline.features.frame import build_feature_frame
 from pipeline.kafka.settings import KafkaConfig
 from pipeline.registry.config import RegistryConfig
 from pipeline.registry.store import CHAMPION
@@ -69,6 +74,45 @@ def logged(world: World, models: Models, trained) -> Logged:  # noqa: F811
                   factory.log_model(base, trained.good), factory.log_model(base, factory.with_nan_output(models.good)))
 
 
+# Large enough shares that a few thousand payments measure them: flag the top 10%, block the top 2%.
+SHIPPED_BUDGET = DecisionBudget(review_rate=0.1, block_precision=0.0, block_rate=0.02)
+SHIFT = 2.0  # logits: the shifted model ranks as good does, with much higher scores
+
+
+@pytest.fixture(scope="session")
+def online_features(window: factory.Window) -> pd.DataFrame:
+    """The window's feature rows as a service that saw no fraud reports computes them (every payment
+    scored in event-time order), with the truth as ``label``."""
+    rows = build_feature_frame(window.transactions, window.labels.head(0), factory.PARAMS)
+    truth = window.features.set_index("transaction_id")["label"]
+    return rows.assign(label=truth.loc[rows["transaction_id"]].to_numpy())
+
+
+@dataclass(frozen=True)
+class Shipped:
+    """Logged models that ship operating points (chosen for SHIPPED_BUDGET on every other online row)."""
+
+    good: str
+    good_points: OperatingPoints
+    shifted: str  # good with SHIFT on its logits, and its own operating points
+    shifted_points: OperatingPoints
+    shifted_with_good_points: str  # operating points that do not fit its scores: flags far more than the budget
+    corrupt: str  # good, with an operating_points.json that is not JSON
+
+
+@pytest.fixture(scope="module")
+def shipped(world: World, models: Models, online_features: pd.DataFrame) -> Shipped:  # noqa: F811
+    base = RegistryConfig(model_name="fd-serving-shipped")
+    shifted = factory.with_shifted_logits(models.good, SHIFT)
+    validation = online_features.iloc[::2]
+    good_points = factory.choose_points(models.good, validation, SHIPPED_BUDGET)
+    shifted_points = factory.choose_points(shifted, validation, SHIPPED_BUDGET)
+    return Shipped(factory.log_model(base, models.good, good_points), good_points,
+                   factory.log_model(base, shifted, shifted_points), shifted_points,
+                   factory.log_model(base, shifted, good_points),
+                   factory.log_model(base, models.good, points_text='{"review_threshold": 0.1, "block_thr'))
+
+
 @pytest.fixture
 def champion(config: RegistryConfig, client: MlflowClient, logged: Logged) -> int:  # noqa: F811
     """Version 1 (the good model) registered and made champion."""
@@ -92,8 +136,8 @@ ServiceFactory = Callable[..., ScoringService]
 @pytest.fixture
 def make_service(config: RegistryConfig) -> ServiceFactory:  # noqa: F811
     def make(serving: ServingConfig, kafka: KafkaConfig | None = None, raw_root: Path | None = None,
-             registry: RegistryConfig | None = None) -> ScoringService:
-        return build_service(serving, registry or config, factory.PARAMS, kafka, raw_root)
+             registry: RegistryConfig | None = None, clock: Callable[[], float] = time.monotonic) -> ScoringService:
+        return build_service(serving, registry or config, factory.PARAMS, kafka, raw_root, clock)
     return make
 
 
@@ -115,3 +159,16 @@ def event(row: dict) -> dict:
 
 def with_decision(serving: ServingConfig, **thresholds: float) -> ServingConfig:
     return replace(serving, decision=replace(serving.decision, **thresholds))
+
+
+class FakeClock:
+    """A clock the test moves by hand (seconds)."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds

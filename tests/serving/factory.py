@@ -2,8 +2,10 @@
 
 :func:`simulated_window` simulates a small portfolio (the project's simulator) and builds its feature
 rows with the frame builder (the kernel the Spark job uses); :func:`train_model` fits a tiny
-FraudModel on them with plain torch in about a second; :func:`register_model` logs a model as the
-pyfunc the registry stores (safetensors inside) and returns the new version number.
+FraudModel on them with plain torch in about a second; :func:`log_model` logs a model as the pyfunc
+the registry stores (safetensors inside, and the operating points a finalised run ships, or none, or
+a damaged file) and :func:`register` makes a version of it. :func:`choose_points` chooses a model's
+operating points from a budget with the function finalising a run uses.
 """
 
 from __future__ import annotations
@@ -18,6 +20,13 @@ import pandas as pd
 import torch
 
 from models.fraud_mlp import FraudModel, FraudModelConfig, frame_to_tensors, save_model
+from pipeline.decisions.operating_points import (
+    OPERATING_POINTS_FILE,
+    DecisionBudget,
+    OperatingPoints,
+    choose_operating_points,
+    write_operating_points,
+)
 from pipeline.features import definitions as fd
 from pipeline.features.frame import build_feature_frame
 from pipeline.features.transforms import FeatureParams
@@ -70,18 +79,50 @@ def with_nan_output(model: FraudModel) -> FraudModel:
     return out
 
 
-def log_model(config: RegistryConfig, model: FraudModel) -> str:
-    """Log ``model`` as the registry's pyfunc (seconds: do it once per module); returns its model URI."""
+def with_shifted_logits(model: FraudModel, shift: float) -> FraudModel:
+    """The same ranking, another score distribution: every logit moved by ``shift``."""
+    out = copy.deepcopy(model)
+    with torch.no_grad():
+        out.head[1].bias.add_(shift)
+    return out
+
+
+def log_model(config: RegistryConfig, model: FraudModel, points: OperatingPoints | None = None,
+              points_text: str | None = None) -> str:
+    """Log ``model`` as the registry's pyfunc (seconds: do it once per module); returns its model URI.
+
+    ``points``: shipped as ``operating_points.json`` in the model directory, as a finalised run does;
+    ``points_text``: that file with this text instead (a damaged package); neither: a model packaged
+    before operating points existed."""
     client = connect(config)
     with tempfile.TemporaryDirectory() as tmp:
-        save_model(model, Path(tmp) / "model")
+        model_dir = Path(tmp) / "model"
+        save_model(model, model_dir)
+        if points is not None:
+            write_operating_points(model_dir, points)
+        if points_text is not None:
+            (model_dir / OPERATING_POINTS_FILE).write_text(points_text)
         with mlflow.start_run(experiment_id=ensure_experiment(client, config)):
-            return log_pyfunc_model(Path(tmp) / "model").model_uri
+            return log_pyfunc_model(model_dir).model_uri
 
 
-def register(config: RegistryConfig, model_uri: str) -> int:
-    """A new version of ``config.model_name`` from a logged model (milliseconds), no alias set."""
-    return register_version(config.model_name, model_uri, {"source": "tests/serving"})
+def register(config: RegistryConfig, model_uri: str, points: OperatingPoints | None = None) -> int:
+    """A new version of ``config.model_name`` from a logged model (milliseconds), no alias set; with
+    ``points``, tagged with them as `fraudctl register` tags a version."""
+    tags = {"source": "tests/serving", **(points.tags() if points is not None else {})}
+    return register_version(config.model_name, model_uri, tags)
+
+
+def scores_of(model: FraudModel, features: pd.DataFrame) -> list[float]:
+    """The model's probabilities for feature rows, through the training-side tensor path."""
+    numeric, categorical = frame_to_tensors(features, model.config)
+    return model.predict_proba(numeric, categorical).tolist()
+
+
+def choose_points(model: FraudModel, features: pd.DataFrame, budget: DecisionBudget) -> OperatingPoints:
+    """``model``'s operating points for ``budget``, chosen on ``features`` (with their ``label``) as
+    finalising a run chooses them on its validation split."""
+    return choose_operating_points(features["label"].to_numpy(), scores_of(model, features), budget)
 
 
 def score_row(model: FraudModel, row: dict) -> float:

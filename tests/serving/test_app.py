@@ -181,8 +181,13 @@ def test_health_ready_and_metrics_report_the_live_model(http, window, champion):
     assert f'fraud_scoring_model_version{{role="champion"}} {champion}' in lines
     assert 'fraud_scoring_model_loads_total{role="champion",result="success"} 1' in lines
     assert 'fraud_scoring_rules_refreshes_total{result="failure"} 0' in lines
-    assert sum(int(line.rsplit(" ", 1)[1]) for line in lines
-               if line.startswith("fraud_scoring_decisions_total{")) == 5
+    decisions = [line for line in lines if line.startswith("fraud_scoring_decisions_total{")]
+    assert sum(int(line.rsplit(" ", 1)[1]) for line in decisions) == 5
+    assert all(f'version="{champion}"' in line for line in decisions)
+    assert 'fraud_scoring_rate_window_payments{window="300s"} 5' in lines
+    # The champion ships no operating points: serving.toml's thresholds, no budget, nothing judged.
+    assert (health["degraded"], health["review_rate_check"]["state"]) == ([], "not_judged")
+    assert health["rates"]["300s"]["payments"] == 5
 
 
 def test_not_ready_without_a_champion(serving_config, make_service, window, config):

@@ -14,6 +14,8 @@ def test_checked_in_configs_load_and_bind_loopback(env, monkeypatch):
     config = load_serving_config(env)
     assert config.server.host == "127.0.0.1"
     assert config.admin.token == ""  # never checked in
+    assert config.decision.thresholds == "version"  # the versions' operating points decide
+    assert config.alerts.review_rate_window_s <= max(config.alerts.rate_windows_s)
 
 
 def test_admin_token_and_port_come_from_the_environment(monkeypatch):
@@ -28,6 +30,18 @@ def test_admin_token_and_port_come_from_the_environment(monkeypatch):
     ("[decision]\nreview_threshold = 0.95\n", "review_threshold <= block_threshold"),
     ("[model]\npoll_interval = 5\n", "unknown key 'model.poll_interval'"),
     ("[model]\nshadow = \"yes\"\n", "model.shadow must be bool"),
+    ("[decision]\nthresholds = \"fixed\"\n", r"decision.thresholds must be one of \['version', 'config'\]"),
+    ("[decision]\nwithout_operating_points = \"warn\"\n", "decision.without_operating_points must be one of"),
+    ("[alerts]\nrate_windows_s = []\n", "alerts.rate_windows_s must name at least one window"),
+    ("[alerts]\nrate_windows_s = [300, 300]\n", "alerts.rate_windows_s must not repeat"),
+    ("[alerts]\nrate_windows_s = [0]\n", "alerts.rate_windows_s and alerts.review_rate_window_s must be in 1..86400"),
+    ("[alerts]\nreview_rate_window_s = 100000\n", "alerts.review_rate_window_s must be in 1..86400"),
+    ("[alerts]\nrate_windows_s = 300\n", "alerts.rate_windows_s must be a list"),
+    ("[alerts]\nrate_band = 0\n", "alerts.rate_band must be > 0"),
+    ("[alerts]\ndegraded_after_s = -1\n", "alerts.degraded_after_s must be >= 0"),
+    ("[alerts]\nmin_payments = 0\n", "alerts.min_payments must be >= 1"),
+    ("[alerts]\ncheck_interval_s = 0\n", "alerts.check_interval_s must be > 0"),
+    ("[alerts]\nband = 0.5\n", "unknown key 'alerts.band'"),
 ])
 def test_bad_values_are_refused_by_key(tmp_path, text, message):
     path = tmp_path / "serving.toml"

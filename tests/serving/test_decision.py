@@ -1,4 +1,4 @@
-"""The fusion policy: blocklist > allowlist (unless the score is extreme) > score thresholds."""
+"""The fusion policy: blocklist > allowlist (unless the score is extreme) > the deciding version's thresholds."""
 
 from __future__ import annotations
 
@@ -10,8 +10,14 @@ from pipeline.config import ConfigError
 from pipeline.serving.config import DecisionConfig
 from pipeline.serving.decision import Decision, decide
 from pipeline.serving.rules import RuleHit
+from pipeline.serving.thresholds import Thresholds
 
-POLICY = DecisionConfig(review_threshold=0.5, block_threshold=0.9, allowlist_override=0.99)
+THRESHOLDS = Thresholds(review_threshold=0.5, block_threshold=0.9, source="version")
+OVERRIDE = 0.99  # allowlist_override
+
+
+def decide_at(score, hits=(), thresholds=THRESHOLDS):
+    return decide(score, hits, thresholds, OVERRIDE)
 BLOCK_CARD = RuleHit("block", "card", "c1")
 ALLOW_CARD = RuleHit("allow", "card", "c1")
 
@@ -24,28 +30,42 @@ ALLOW_CARD = RuleHit("allow", "card", "c1")
     (1.0, Decision.BLOCK, ("review_threshold>=0.5", "block_threshold>=0.9", "allowlist_override>=0.99")),
 ])
 def test_without_rules_the_thresholds_decide(score, decision, crossed):
-    verdict = decide(score, (), POLICY)
+    verdict = decide_at(score)
     assert (verdict.decision, verdict.thresholds, verdict.decided_by) == (decision, crossed, "score")
 
 
 def test_a_blocklist_hit_blocks_whatever_the_score():
-    verdict = decide(0.001, (BLOCK_CARD,), POLICY)
+    verdict = decide_at(0.001, (BLOCK_CARD,))
     assert (verdict.decision, verdict.decided_by, verdict.rules) == (Decision.BLOCK, "blocklist", (BLOCK_CARD,))
 
 
 def test_an_allowlist_hit_allows_unless_the_score_is_extreme():
-    assert decide(0.95, (ALLOW_CARD,), POLICY).decision is Decision.ALLOW  # above block_threshold, still allowed
-    extreme = decide(0.995, (ALLOW_CARD,), POLICY)
+    assert decide_at(0.95, (ALLOW_CARD,)).decision is Decision.ALLOW  # above block_threshold, still allowed
+    extreme = decide_at(0.995, (ALLOW_CARD,))
     assert (extreme.decision, extreme.decided_by) == (Decision.BLOCK, "score")
 
 
 def test_block_wins_over_allow():
-    assert decide(0.1, (BLOCK_CARD, RuleHit("allow", "merchant", "m")), POLICY).decision is Decision.BLOCK
+    assert decide_at(0.1, (BLOCK_CARD, RuleHit("allow", "merchant", "m"))).decision is Decision.BLOCK
 
 
 def test_a_missing_score_is_never_allowed():
-    assert decide(math.nan, (ALLOW_CARD,), POLICY).decision is Decision.REVIEW
-    assert decide(math.nan, (BLOCK_CARD,), POLICY).decision is Decision.BLOCK
+    assert decide_at(math.nan, (ALLOW_CARD,)).decision is Decision.REVIEW
+    assert decide_at(math.nan, (BLOCK_CARD,)).decision is Decision.BLOCK
+
+
+def test_the_versions_thresholds_decide_not_fixed_ones():
+    low = Thresholds(review_threshold=0.02, block_threshold=0.3, source="version")
+    assert [decide_at(s, thresholds=low).decision for s in (0.019, 0.02, 0.3)] == [
+        Decision.ALLOW, Decision.REVIEW, Decision.BLOCK]
+    assert decide_at(0.3, thresholds=low).thresholds == ("review_threshold>=0.02", "block_threshold>=0.3")
+    assert decide_at(0.3).decision is Decision.ALLOW  # the same score at other thresholds
+
+
+def test_the_allowlist_override_is_the_configs_whatever_the_thresholds():
+    low = Thresholds(review_threshold=0.02, block_threshold=0.3, source="version")
+    assert decide(0.5, (ALLOW_CARD,), low, 0.99).decision is Decision.ALLOW  # above block, below the override
+    assert decide(0.5, (ALLOW_CARD,), low, 0.4).decision is Decision.BLOCK
 
 
 def test_thresholds_must_be_ordered():

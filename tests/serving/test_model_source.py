@@ -1,4 +1,5 @@
-"""Models come from the configured registry as tensors: no pyfunc code runs, no path escapes the download."""
+"""Models come from the configured registry as tensors, with the operating points they ship: no pyfunc code
+runs, no path escapes the download, a damaged operating-points file refuses the version."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pipeline.serving.features import warmup_rows
 from pipeline.serving.model_source import RegistryModelSource, model_directory
 from tests.registry.conftest import version_artifact_dir
 from tests.serving import factory
+from tests.serving.conftest import SHIPPED_BUDGET
 
 
 def test_fetch_reads_the_safetensors_without_the_pyfunc_code(config, client, models):
@@ -19,9 +21,22 @@ def test_fetch_reads_the_safetensors_without_the_pyfunc_code(config, client, mod
     artifacts = version_artifact_dir(client, config.model_name, version)
     shutil.rmtree(artifacts / "code")  # the models package the pyfunc would import
     (artifacts / "pyfunc_model.py").write_text("raise SystemExit('pyfunc code must never run in the service')\n")
-    model = RegistryModelSource(config).fetch(version)
+    fetched = RegistryModelSource(config).fetch(version)
     row = warmup_rows(factory.PARAMS, 3)[-1]
-    assert factory.score_row(model, row) == factory.score_row(models.good, row)
+    assert factory.score_row(fetched.model, row) == factory.score_row(models.good, row)
+    assert fetched.operating_points is None  # logged without them: a model packaged before they existed
+
+
+def test_fetch_reads_the_operating_points_shipped_beside_the_weights(config, models, online_features):
+    points = factory.choose_points(models.good, online_features, SHIPPED_BUDGET)
+    version = factory.register(config, factory.log_model(config, models.good, points), points)
+    assert RegistryModelSource(config).fetch(version).operating_points == points
+
+
+def test_a_corrupt_operating_points_file_is_a_load_error(config, models):
+    version = factory.register(config, factory.log_model(config, models.good, points_text="{not json"))
+    with pytest.raises(ModelLoadError, match="operating_points.json is corrupt .*re-register the training run"):
+        RegistryModelSource(config).fetch(version)
 
 
 def test_a_version_the_registry_does_not_have_is_a_load_error(config, champion):

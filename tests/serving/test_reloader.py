@@ -9,7 +9,7 @@ import pytest
 from pipeline.registry.aliases import advance_champion
 from pipeline.registry.rollback import rollback
 from pipeline.registry.store import CHAMPION
-from pipeline.serving.config import ModelConfig
+from pipeline.serving.config import DecisionConfig, ModelConfig
 from pipeline.serving.errors import ServingError
 from pipeline.serving.features import warmup_rows
 from pipeline.serving.model_source import RegistryModelSource
@@ -20,8 +20,9 @@ from tests.serving import factory
 FAST = ModelConfig(poll_interval_s=0.05, warmup_rows=4)
 
 
-def reloader(config, model_config: ModelConfig = FAST) -> ModelReloader:
-    return ModelReloader(RegistryModelSource(config), CHAMPION, model_config, warmup_rows(factory.PARAMS, 4))
+def reloader(config, model_config: ModelConfig = FAST, decision: DecisionConfig | None = None) -> ModelReloader:
+    return ModelReloader(RegistryModelSource(config), CHAMPION, model_config, warmup_rows(factory.PARAMS, 4),
+                         decision or DecisionConfig())
 
 
 def test_a_promotion_goes_live_on_the_next_sync(config, client, logged, champion, models):
@@ -34,8 +35,8 @@ def test_a_promotion_goes_live_on_the_next_sync(config, client, logged, champion
     assert r.sync() and r.active.version == new
     # The model object a request took before the swap still scores (requests in flight finish on it).
     row = warmup_rows(factory.PARAMS, 1)[0]
-    assert old.score(row).score == pytest.approx(factory.score_row(models.good, row), rel=1e-6)
-    assert r.active.score(row).score == pytest.approx(factory.score_row(models.other, row), rel=1e-6)
+    assert old.scorer.score(row).score == pytest.approx(factory.score_row(models.good, row), rel=1e-6)
+    assert r.active.scorer.score(row).score == pytest.approx(factory.score_row(models.other, row), rel=1e-6)
 
 
 def test_a_rollback_reaches_the_service(config, client, logged, champion):
