@@ -1,4 +1,4 @@
-"""fraud_nightly: one production night, ingest -> train -> register -> gate -> report.
+"""fraud_nightly: one production night, ingest -> train -> register -> gate -> monitor -> report.
 
 Runs at ``[schedule].cron`` of conf/<env>/nightly.toml (02:00 UTC) for the day that just ended: the
 run's logical date is the night's run date (the start of the interval it covers). One run at a
@@ -9,6 +9,9 @@ time, no catchup, retries with exponential backoff. Each task calls one stage of
 * ``train``: torchrun ``jobs/train.py`` on that version ([train] of nightly.toml) -> the run directory;
 * ``register``: MLflow run + model version, alias ``challenger`` -> the version;
 * ``gate``: challenger vs champion on the night's holdout -> promoted or rejected (both succeed);
+* ``monitor``: the live versions on ``D - label_maturity_days`` (the day whose fraud reports have
+  just matured) -> ok, degraded, insufficient evidence or nothing to monitor (all succeed; with
+  ``auto_rollback`` a degraded champion is rolled back); after the gate, as both may move champion;
 * ``report``: the night's summary, ``<state>/nightly/D/report.json``.
 
 Re-running a night (clear the run) redoes only what is missing: every stage is idempotent.
@@ -28,7 +31,7 @@ schedule = config.schedule
 
 with DAG(
     dag_id="fraud_nightly",
-    description="Kafka -> Spark dataset -> DDP training -> MLflow registry -> gated promotion",
+    description="Kafka -> Spark dataset -> DDP training -> MLflow registry -> gated promotion -> live monitoring",
     schedule=CronDataIntervalTimetable(schedule.cron, timezone=schedule.timezone),
     start_date=dag_tasks.start_date(schedule),
     catchup=False,
@@ -43,4 +46,6 @@ with DAG(
     train = task(task_id="train")(dag_tasks.train_task)(ingest.output)
     register = task(task_id="register")(dag_tasks.register_task)(train)
     gate = task(task_id="gate")(dag_tasks.gate_task)(register, ingest.output)
-    task(task_id="report")(dag_tasks.report_task)(ingest.output, train, register, gate)
+    monitor = task(task_id="monitor")(dag_tasks.monitor_task)()
+    gate >> monitor
+    task(task_id="report")(dag_tasks.report_task)(ingest.output, train, register, gate, monitor)

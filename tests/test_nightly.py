@@ -8,7 +8,7 @@ Airflow and in tests/demo/test_demo.py through ``run_cycle``.
 from __future__ import annotations
 
 import json
-from datetime import date
+from datetime import date, timedelta
 
 import pytest
 from click.testing import CliRunner
@@ -22,9 +22,13 @@ from pipeline.nightly import stages, text
 from pipeline.nightly.config import load_nightly_config
 from pipeline.nightly.records import (
     GateOutcome,
+    MonitoredVersion,
+    MonitorOutcome,
     NightLedger,
     NightlyStageMissing,
+    NightReport,
     PublishedDataset,
+    RegisteredModel,
     TrainedRun,
 )
 from pipeline.training.config import load_train_config
@@ -201,3 +205,70 @@ def test_gate_refuses_a_challenger_that_is_not_the_nights(registered_night, tmp_
     with pytest.raises(stages.StageFailed, match=r"gate failed: challenger of fraud-detector is v2, not v1"):
         stages.gate(registry, registered, dataset, ledger)
     assert not ledger.record_path(GateOutcome).exists()
+
+
+# ---- monitor: the live versions on the day whose labels matured by the run date -------------------
+
+
+def _raw_store_through(root, last_day):
+    import pandas as pd
+
+    from tests.monitoring.raw_store import write_raw_store
+
+    days = [last_day - timedelta(days=i) for i in range(8)]
+    write_raw_store(root, pd.DataFrame({"transaction_id": [f"tx-{d}" for d in days], "card_id": "c",
+                                        "event_time": [f"{d}T12:00:00Z" for d in days]}), [])
+
+
+@pytest.mark.broker
+def test_the_monitor_stage_without_scores_records_nothing_to_monitor_and_succeeds(state_dir, kafka_config, tmp_path):
+    from pipeline.monitoring.config import MonitoringConfig
+    from pipeline.monitoring.monitor import MonitorSources
+    from pipeline.registry.config import RegistryConfig
+
+    _raw_store_through(tmp_path / "raw", RUN_DATE)
+    where = MonitorSources(kafka_config, f"scores-{kafka_config.transactions_topic}", tmp_path / "raw", 7,
+                           RegistryConfig())
+    ledger = NightLedger.for_date(RUN_DATE)
+    monitored = stages.monitor(MonitoringConfig(), where, RUN_DATE, ledger)
+    assert (monitored.monitored_date, monitored.state, monitored.exit_code) == ("2026-01-28", "nothing_to_monitor", 0)
+    assert ledger.read(MonitorOutcome) == monitored
+    assert text.monitor_line(monitored) == "monitor 2026-01-28: nothing_to_monitor"
+    assert "does not exist: nothing was scored" in "\n".join(text.describe_monitor(monitored))
+    assert (state_dir / "monitoring" / "2026-01-28" / "report.json").is_file()
+
+
+def test_a_monitor_stage_whose_labels_have_not_matured_fails_naming_the_stage(state_dir, tmp_path):
+    from pipeline.kafka.settings import KafkaConfig
+    from pipeline.monitoring.config import MonitoringConfig
+    from pipeline.monitoring.monitor import MonitorSources
+    from pipeline.registry.config import RegistryConfig
+
+    _raw_store_through(tmp_path / "raw", RUN_DATE - timedelta(days=1))  # the night's payments not ingested
+    where = MonitorSources(KafkaConfig(), "scores", tmp_path / "raw", 7, RegistryConfig())
+    with pytest.raises(stages.StageFailed, match=r"monitor failed: LabelsNotMature: .*mature on 2026-02-04"):
+        stages.monitor(MonitoringConfig(), where, RUN_DATE, NightLedger.for_date(RUN_DATE))
+    assert not NightLedger.for_date(RUN_DATE).record_path(MonitorOutcome).exists()
+
+
+def test_a_degraded_model_reads_as_a_finding_of_a_successful_night():
+    monitored = MonitorOutcome(
+        monitored_date="2026-01-28", state="degraded", exit_code=4, rollbacks=(), report="/r.json", text="",
+        versions=(MonitoredVersion(version=3, state="degraded", rows=900, frauds=40, recall=0.21,
+                                   expected_recall=0.6, review_rate=0.005, review_budget=0.005),))
+    assert text.monitor_line(monitored) == (
+        "monitor 2026-01-28: degraded: v3 degraded (recall 0.210 vs expected 0.600, 40 frauds in 900 payments) "
+        "(a finding, not a failure: `fraudctl monitor` would exit 4)")
+    assert MonitorOutcome.from_dict(monitored.to_dict()) == monitored  # what XCom and the ledger carry
+
+
+def test_a_night_report_recorded_before_the_monitor_stage_still_reads():
+    outcome = GateOutcome(outcome="promoted", promoted=True, challenger_version=1, compared_with=None,
+                          champion_version=1, reasons=(), warnings=(), challenger_metrics={}, champion_metrics=None,
+                          replayed=False, text="")
+    run = TrainedRun(run_dir="/r", dataset_version="v", best_epoch=1, best_metrics={}, world_size=2, compression="topk",
+                     bytes_sent_total=1, bytes_dense_total=2, wall_s=1.0, reused=True)
+    old = NightReport("2026-02-04", _dataset(), run, RegisteredModel("fd", 1, "/r"), outcome).to_dict()
+    del old["monitor"]
+    night = NightReport.from_dict(old)
+    assert night.monitor is None and text.describe_night(night)[-1].startswith("monitor: not run")

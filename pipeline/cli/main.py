@@ -1,7 +1,8 @@
 """``fraudctl``: the operator's entry point to the fraud pipeline.
 
 Exit codes are the same for every command (0 success, 1 a failure the message explains, 2 usage
-error, 3 the gate rejected the challenger); the one table of them is README.md, "## Exit codes".
+error, 3 the gate rejected the challenger, 4 `monitor` found a degraded model, 5 `monitor`'s day
+has no matured labels yet); the one table of them is README.md, "## Exit codes".
 
 Every command module is imported here, so each keeps Spark, torch, MLflow and pandas out of its
 module level and imports them in the command body: ``fraudctl --help`` and ``fraudctl broker status``
@@ -19,6 +20,7 @@ from pipeline.cli.broker import broker
 from pipeline.cli.context import CliContext
 from pipeline.cli.demo import demo
 from pipeline.cli.ingest import ingest
+from pipeline.cli.monitor import monitor
 from pipeline.cli.nightly import nightly
 from pipeline.cli.produce import produce
 from pipeline.cli.registry import registry_commands
@@ -36,7 +38,8 @@ def cli(ctx: click.Context, env: str) -> None:
     """Card-payment fraud pipeline: Kafka -> Spark -> DDP training -> MLflow gate.
 
     Exit codes: 0 success, 1 failure (the message says what to do), 2 usage error,
-    3 `promote` rejected the challenger.
+    3 `promote` rejected the challenger, 4 `monitor` found a degraded model,
+    5 `monitor`'s day has no matured labels yet.
     """
     ctx.obj = CliContext(env=env)
 
@@ -46,6 +49,7 @@ cli.add_command(broker)
 cli.add_command(bench)
 cli.add_command(demo)
 cli.add_command(ingest)
+cli.add_command(monitor)
 cli.add_command(nightly)
 cli.add_command(simulate_command)
 cli.add_command(produce)

@@ -3,7 +3,8 @@
 
 Order of effects: ingest publishes a dataset version, training writes a run directory for it,
 registering makes a model version the ``challenger``, the gate moves ``champion`` or records a
-rejection, the report writes the night's summary. A failure stops the cycle at that stage with
+rejection, the monitor judges the live versions on the day whose labels have just matured (and,
+with ``auto_rollback``, may move ``champion`` back), the report writes the night's summary. A failure stops the cycle at that stage with
 :class:`~pipeline.nightly.stages.StageFailed`; re-running the cycle redoes only what is missing
 (each stage is idempotent), so "run it again" is always the recovery.
 """
@@ -15,14 +16,17 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date
+from typing import TYPE_CHECKING
 
 from pipeline.ingest.config import IngestConfig
 from pipeline.kafka.settings import KafkaConfig
+from pipeline.monitoring.config import MonitoringConfig, load_monitoring_config
 from pipeline.nightly import stages, text
 from pipeline.nightly.config import load_nightly_config
 from pipeline.nightly.records import (
     STAGES,
     GateOutcome,
+    MonitorOutcome,
     NightLedger,
     NightReport,
     PublishedDataset,
@@ -32,6 +36,9 @@ from pipeline.nightly.records import (
 )
 from pipeline.registry.config import RegistryConfig, load_registry_config
 from pipeline.training.launch import Torchrun
+
+if TYPE_CHECKING:  # the monitor's readers import MLflow: loaded when the stage runs
+    from pipeline.monitoring.monitor import MonitorSources
 
 Echo = Callable[[str], None]
 
@@ -45,13 +52,24 @@ class CycleConfig:
     kafka: KafkaConfig
     registry: RegistryConfig
     torchrun: Torchrun
+    monitoring: MonitoringConfig
+    scores_topic: str  # [scores].topic of serving.toml: where the service published its decisions
 
     @classmethod
     def load(cls, env: str | None, bootstrap_servers: str | None = None) -> CycleConfig:
         from pipeline.ingest.job import load_job_configs
+        from pipeline.serving.config import load_serving_config
 
         ingest, kafka = load_job_configs(env, bootstrap_servers)
-        return cls(env, ingest, kafka, load_registry_config(env), load_nightly_config(env).train)
+        return cls(env, ingest, kafka, load_registry_config(env), load_nightly_config(env).train,
+                   load_monitoring_config(env), load_serving_config(env).scores.topic)
+
+    def monitor_sources(self) -> MonitorSources:
+        """Where the monitor stage reads: this cycle's Kafka, raw store and registry."""
+        from pipeline.monitoring.monitor import MonitorSources
+
+        return MonitorSources(self.kafka, self.scores_topic, self.ingest.raw.root(),
+                              self.ingest.dataset.label_maturity_days, self.registry)
 
 
 def run_cycle(config: CycleConfig, run_date: date, echo: Echo = print) -> NightReport:
@@ -73,7 +91,10 @@ def run_cycle(config: CycleConfig, run_date: date, echo: Echo = print) -> NightR
     with _stage(echo, "gate"):
         outcome = stages.gate(config.registry, registered, dataset, ledger)
         _show(echo, text.describe_gate(outcome))
-    night = stages.report(run_date, dataset, trained, registered, outcome, ledger)
+    with _stage(echo, "monitor (live versions on the day whose labels matured)"):
+        monitored = stages.monitor(config.monitoring, config.monitor_sources(), run_date, ledger)
+        _show(echo, text.describe_monitor(monitored))
+    night = stages.report(run_date, dataset, trained, registered, outcome, monitored, ledger)
     echo(text.decision_line(outcome))
     return night
 
@@ -98,9 +119,12 @@ def run_stage(config: CycleConfig, run_date: date, stage: str, echo: Echo = prin
         record = stages.gate(config.registry, read(RegisteredModel),
                              read(PublishedDataset), ledger)
         lines = [*text.describe_gate(record), text.decision_line(record)]
+    elif stage == "monitor":
+        record = stages.monitor(config.monitoring, config.monitor_sources(), run_date, ledger)
+        lines = text.describe_monitor(record)
     elif stage == "report":
         record = stages.report(run_date, read(PublishedDataset), read(TrainedRun),
-                               read(RegisteredModel), read(GateOutcome), ledger)
+                               read(RegisteredModel), read(GateOutcome), read(MonitorOutcome), ledger)
         lines = text.describe_night(record)
     else:
         raise ValueError(f"unknown stage {stage!r}: one of {', '.join(STAGES)}")

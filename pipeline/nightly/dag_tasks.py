@@ -7,8 +7,10 @@ spark-submit ``jobs/ingest.py`` exactly as a person would. Heavy imports (Spark,
 happen inside the tasks, never while the scheduler parses the DAG files.
 
 A stage's expected failure fails its task with the job's own message in the log. Training that
-cannot start (a config or dataset no attempt can fix) fails at once, without retries. A gate that
-rejects the challenger is a successful task whose record says ``rejected``.
+cannot start (a config or dataset no attempt can fix) fails at once, without retries, and so does
+a monitor whose day has no matured labels in the raw store. A gate that rejects the challenger is
+a successful task whose record says ``rejected``; a monitor that finds a degraded model is a
+successful task whose record and log say ``degraded``.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from pipeline.nightly import stages, text
 from pipeline.nightly.config import NightlyConfig, ScheduleConfig, SparkSubmitConfig, load_nightly_config
 from pipeline.nightly.records import (
     GateOutcome,
+    MonitorOutcome,
     NightLedger,
     PublishedDataset,
     RegisteredModel,
@@ -142,7 +145,7 @@ class BackfillIngestOperator(IngestJobOperator):
         return arguments, state_dir() / "nightly" / BACKFILL_REPORTS / f"{start}_{end}.json"
 
 
-# ---- train, register, gate, report: in the task's process ------------------------------------------
+# ---- train, register, gate, monitor, report: in the task's process ---------------------------------
 
 
 def train_task(dataset: dict[str, Any]) -> dict[str, Any]:
@@ -179,10 +182,27 @@ def gate_task(registered: dict[str, Any], dataset: dict[str, Any]) -> dict[str, 
     return outcome.to_dict()
 
 
+def monitor_task() -> dict[str, Any]:
+    """The live versions on ``run date - label_maturity_days`` (runs after the gate: both may move champion)."""
+    from pipeline.monitoring.config import load_monitoring_config
+    from pipeline.monitoring.monitor import LabelsNotMature, MonitorSources
+
+    run_date, ledger = _ledger(load_nightly_config())
+    try:
+        monitored = stages.monitor(load_monitoring_config(), MonitorSources.load(None), run_date, ledger)
+    except stages.StageFailed as exc:
+        if isinstance(exc.__cause__, LabelsNotMature):
+            raise AirflowFailException(f"{exc} (not retried: the raw store must be ingested further first)") from exc
+        raise
+    _echo([*text.describe_monitor(monitored), text.monitor_line(monitored)])
+    return monitored.to_dict()
+
+
 def report_task(dataset: dict[str, Any], trained: dict[str, Any], registered: dict[str, Any],
-                outcome: dict[str, Any]) -> dict[str, Any]:
+                outcome: dict[str, Any], monitored: dict[str, Any]) -> dict[str, Any]:
     run_date, ledger = _ledger(load_nightly_config())
     night = stages.report(run_date, PublishedDataset.from_dict(dataset), TrainedRun.from_dict(trained),
-                          RegisteredModel.from_dict(registered), GateOutcome.from_dict(outcome), ledger)
+                          RegisteredModel.from_dict(registered), GateOutcome.from_dict(outcome),
+                          MonitorOutcome.from_dict(monitored), ledger)
     _echo(text.describe_night(night))
     return night.to_dict()

@@ -128,6 +128,35 @@ class GateOutcome(Record):
 
 
 @dataclass(frozen=True)
+class MonitoredVersion:
+    """One model version's figures on the monitored day (the full set is in the report file)."""
+
+    version: int
+    state: str  # ok | degraded | insufficient_evidence | unjudged
+    rows: int
+    frauds: int
+    recall: float | None  # at the operating points (None: undefined, no frauds)
+    expected_recall: float | None
+    review_rate: float | None
+    review_budget: float | None
+
+
+@dataclass(frozen=True)
+class MonitorOutcome(Record):
+    """monitor's output: how the live versions did on the day whose labels matured by the run date.
+    A degraded model is a finding, not a failure: the night succeeded (``exit_code`` is what
+    ``fraudctl monitor`` would exit with)."""
+
+    monitored_date: str
+    state: str  # the day's: degraded | ok | unjudged | insufficient_evidence | nothing_to_monitor
+    exit_code: int
+    versions: tuple[MonitoredVersion, ...]
+    rollbacks: tuple[str, ...]  # what auto_rollback did (empty when off or not needed)
+    report: str  # <state>/monitoring/<date>/report.json
+    text: str  # the report as `fraudctl monitor` prints it
+
+
+@dataclass(frozen=True)
 class NightReport(Record):
     """report's output: the night in one record."""
 
@@ -136,12 +165,13 @@ class NightReport(Record):
     run: TrainedRun
     model: RegisteredModel
     gate: GateOutcome
+    monitor: MonitorOutcome | None = None  # None in reports written before the monitor stage existed
 
 
 # The ledger file of each record: <stage>.json.
 STAGE_OF: dict[type[Record], str] = {
     PublishedDataset: "ingest", TrainedRun: "train", RegisteredModel: "register", GateOutcome: "gate",
-    NightReport: "report",
+    MonitorOutcome: "monitor", NightReport: "report",
 }
 STAGES = tuple(STAGE_OF.values())  # in the order a night runs them
 

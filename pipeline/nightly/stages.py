@@ -13,26 +13,32 @@ train      ``torchrun jobs/train.py`` (launch.py)      PublishedDataset       ru
 register   ``fraudctl register``                       TrainedRun             the version already made from it
 gate       ``fraudctl promote``                        RegisteredModel +      the recorded decision
                                                        PublishedDataset
+monitor    ``fraudctl monitor --date D - maturity``    run date (after the    the same report and history entry,
+                                                       gate)                  nothing logged or rolled back twice
 =========  ==========================================  =====================  ==================================
 
 The DAG's ingest task spark-submits the job itself and turns its report into the same record
 (:meth:`PublishedDataset.from_ingest_report`). Each job publishes atomically (manifest, summary,
 version, decision), and the ledger record is written only after it, so a stage that fails leaves
 nothing the next stage could mistake for its output. Expected failures raise :class:`StageFailed`
-with the job's own message; anything else is a bug and keeps its traceback.
+with the job's own message; anything else is a bug and keeps its traceback. A degraded live model
+is the monitor's finding, not a failure: its record says so and the night goes on.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from datetime import date
+from datetime import date, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pipeline.config import ConfigError
+from pipeline.jsonable import nan_to_none
 from pipeline.nightly.records import (
     GateOutcome,
+    MonitoredVersion,
+    MonitorOutcome,
     NightLedger,
     NightReport,
     PublishedDataset,
@@ -46,6 +52,9 @@ if TYPE_CHECKING:  # the config modules of ingest import Spark: the DAG files im
     from pipeline.ingest.config import IngestConfig
     from pipeline.ingest.progress import Progress
     from pipeline.kafka.settings import KafkaConfig
+    from pipeline.monitoring.config import MonitoringConfig
+    from pipeline.monitoring.monitor import MonitorSources
+    from pipeline.monitoring.report import MonitorReport
     from pipeline.registry.config import RegistryConfig
 
 RUN_NAME_PREFIX = "nightly-"
@@ -198,12 +207,49 @@ def _earlier_promotion(ledger: NightLedger, version: int) -> GateOutcome | None:
     return dataclasses.replace(earlier, replayed=True) if promoted_here else None
 
 
+# ---- monitor --------------------------------------------------------------------------------------
+
+
+def monitored_date(run_date: date, label_maturity_days: int) -> date:
+    """The day a night monitors: the latest whose fraud reports have matured by the run date."""
+    return run_date - timedelta(days=label_maturity_days)
+
+
+def monitor(config: MonitoringConfig, where: MonitorSources, run_date: date, ledger: NightLedger) -> MonitorOutcome:
+    """``fraudctl monitor`` for the night's monitored day; no scores for it: "nothing to monitor"."""
+    from pipeline.kafka.admin import KafkaUnavailable
+    from pipeline.monitoring.history import MonitoringStateError
+    from pipeline.monitoring.monitor import LabelsNotMature, run_monitor
+    from pipeline.registry.errors import RegistryError
+
+    try:
+        report = run_monitor(monitored_date(run_date, where.label_maturity_days), config, where)
+    except (LabelsNotMature, KafkaUnavailable, RegistryError, MonitoringStateError, ConfigError) as exc:
+        raise StageFailed("monitor", f"{type(exc).__name__}: {exc}") from exc
+    outcome = monitor_outcome(report)
+    ledger.write(outcome)
+    return outcome
+
+
+def monitor_outcome(report: MonitorReport) -> MonitorOutcome:
+    from pipeline.monitoring.report import describe
+
+    versions = tuple(MonitoredVersion(
+        version=v.version, state=v.state, rows=v.figures.at_operating_points.rows,
+        frauds=v.figures.at_operating_points.frauds, recall=nan_to_none(v.figures.at_operating_points.recall),
+        expected_recall=v.day.expected_recall, review_rate=nan_to_none(v.figures.at_operating_points.review_rate),
+        review_budget=v.figures.review_budget) for v in report.versions)
+    return MonitorOutcome(monitored_date=report.date, state=report.state, exit_code=report.exit_code,
+                          versions=versions, rollbacks=tuple(f"v{r.version}: {r.detail}" for r in report.rollbacks),
+                          report=report.report_path, text="\n".join(describe(report)))
+
+
 # ---- report ---------------------------------------------------------------------------------------
 
 
 def report(run_date: date, dataset: PublishedDataset, trained: TrainedRun, registered: RegisteredModel,
-           outcome: GateOutcome, ledger: NightLedger) -> NightReport:
+           outcome: GateOutcome, monitored: MonitorOutcome | None, ledger: NightLedger) -> NightReport:
     """The night in one record, ``report.json`` in the ledger (the summary people and the DAG read)."""
-    night = NightReport(run_date.isoformat(), dataset, trained, registered, outcome)
+    night = NightReport(run_date.isoformat(), dataset, trained, registered, outcome, monitored)
     ledger.write(night)
     return night

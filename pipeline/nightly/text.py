@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from pipeline.nightly.records import GateOutcome, NightReport, PublishedDataset, RegisteredModel, TrainedRun
+from pipeline.nightly.records import (
+    GateOutcome,
+    MonitorOutcome,
+    NightReport,
+    PublishedDataset,
+    RegisteredModel,
+    TrainedRun,
+)
 from pipeline.training.progress import format_bytes
 
 SHOWN_VALIDATION = (("auc_roc", "AUC"), ("average_precision", "AP"), ("recall_at_1pct_fpr", "recall@1%FPR"),
@@ -46,6 +53,27 @@ def decision_line(outcome: GateOutcome) -> str:
             + "; ".join(outcome.reasons))
 
 
+def describe_monitor(monitored: MonitorOutcome) -> list[str]:
+    return monitored.text.splitlines()
+
+
+def _figure(x: float | None, spec: str = ".3f") -> str:
+    return "n/a" if x is None else format(x, spec)
+
+
+def monitor_line(monitored: MonitorOutcome | None) -> str:
+    """The monitored day in one line; a degraded model is a finding of a successful night and says so."""
+    if monitored is None:
+        return "monitor: not run (a night recorded before the monitor stage existed)"
+    versions = "; ".join(f"v{v.version} {v.state} (recall {_figure(v.recall)} vs expected "
+                         f"{_figure(v.expected_recall)}, {v.frauds} frauds in {v.rows} payments)"
+                         for v in monitored.versions)
+    line = f"monitor {monitored.monitored_date}: {monitored.state}" + (f": {versions}" if versions else "")
+    if monitored.state == "degraded":
+        line += f" (a finding, not a failure: `fraudctl monitor` would exit {monitored.exit_code})"
+    return line + "".join(f"; auto_rollback {r}" for r in monitored.rollbacks)
+
+
 def describe_night(night: NightReport) -> list[str]:
     return [f"night {night.run_date}", *describe_dataset(night.dataset), *describe_run(night.run),
-            *describe_model(night.model), decision_line(night.gate)]
+            *describe_model(night.model), decision_line(night.gate), monitor_line(night.monitor)]

@@ -7,6 +7,9 @@ directory written for the test, and the DAG runs of three nights (played once pe
    payments resent on Kafka (at-least-once delivery): the resends are duplicates, the gate
    rejects the model;
 4. night 2 again: every stage finds its output and redoes nothing.
+
+No scoring service runs in the story: each night's monitor finds no scores topic and reports
+"nothing to monitor" (tests/monitoring drives the monitor on real score events).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 
 import pandas as pd
 
+from pipeline.config import PROJECT_ROOT
 from pipeline.contract import Kind
 from pipeline.kafka.producer import publish_records
 from pipeline.kafka.settings import KafkaConfig
@@ -112,10 +116,15 @@ def _resend(kafka: KafkaConfig, sim: Simulation, until: datetime) -> int:
     return len(records)
 
 
+SCORES_TOPIC = "dag-scores"  # never created: no service scored in this story, so nothing to monitor
+
+
 def _write_conf(conf: Path, kafka: KafkaConfig, train_overrides: dict) -> None:
     write_conf_dir(conf, kafka, INGEST)
     (conf / "registry.toml").write_text(REGISTRY)
     (conf / "nightly.toml").write_text(NIGHTLY)
+    (conf / "serving.toml").write_text(f'[scores]\ntopic = "{SCORES_TOPIC}"\n')
+    (conf / "monitoring.toml").write_text((PROJECT_ROOT / "conf" / "dev" / "monitoring.toml").read_text())
     table = derive_train_config("dev", {**TRAIN, **{k: {**TRAIN.get(k, {}), **v} for k, v in train_overrides.items()}})
     write_train_toml(table, conf / "train.toml")
 

@@ -26,7 +26,8 @@ def test_nightly_runs_the_stages_in_order_and_passes_each_stage_its_inputs(dagba
         "train": ["ingest"],  # the dataset version
         "register": ["train"],  # the run directory
         "gate": ["ingest", "register"],  # the model version, gated on the night's dataset
-        "report": ["gate", "ingest", "register", "train"],
+        "monitor": ["gate"],  # after the gate: both may move champion
+        "report": ["gate", "ingest", "monitor", "register", "train"],
     }
     assert tasks["ingest"]["operator"] == "NightlyIngestOperator"  # a SparkSubmitOperator
 

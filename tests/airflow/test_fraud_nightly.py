@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import date
+from datetime import date, timedelta
 from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
 
-from tests.airflow.nights import NIGHT_1, TOO_EARLY, Story
+from tests.airflow.nights import INGEST, NIGHT_1, SCORES_TOPIC, TOO_EARLY, Story
 
 pytestmark = [pytest.mark.slow, pytest.mark.broker, pytest.mark.spark]
 
@@ -29,7 +29,7 @@ def test_a_failed_stage_fails_the_run_with_the_jobs_message_and_publishes_nothin
     result, log = story.runs["too-early"]
     assert result["state"] == "failed"
     assert result["tasks"]["ingest"] == "failed"
-    assert {result["tasks"][t] for t in ("train", "register", "gate", "report")} == {"upstream_failed"}
+    assert {result["tasks"][t] for t in ("train", "register", "gate", "monitor", "report")} == {"upstream_failed"}
     assert re.search(r"ingest failed: DatasetTooSmall: .*train", log)  # jobs/ingest.py's own line
     ledger = story.state / "nightly" / TOO_EARLY.isoformat()
     assert not (ledger / "ingest.json").exists()
@@ -49,6 +49,19 @@ def test_first_night_promotes_its_model_through_every_stage(story):
     assert (gate["outcome"], gate["promoted"], gate["champion_version"]) == ("promoted", True, 1)
     assert result["xcoms"]["report"]["gate"] == gate
     assert _ledger_record(story, NIGHT_1, "report") == result["xcoms"]["report"]
+
+
+def test_the_monitor_task_with_no_scores_topic_reports_nothing_to_monitor_and_succeeds(story):
+    result, log = story.runs["night-1"]
+    assert result["tasks"]["monitor"] == "success", log[-5000:]
+    monitored = result["xcoms"]["monitor"]
+    monitored_date = (NIGHT_1 - timedelta(days=int(INGEST["label_maturity_days"]))).isoformat()
+    assert (monitored["monitored_date"], monitored["state"], monitored["versions"]) == (
+        monitored_date, "nothing_to_monitor", [])
+    assert result["xcoms"]["report"]["monitor"] == monitored == _ledger_record(story, NIGHT_1, "monitor")
+    assert f"monitor {monitored_date}: nothing_to_monitor" in log  # the task log's line
+    report = json.loads((story.state / "monitoring" / monitored_date / "report.json").read_text())
+    assert report["scores_topic"] == {"name": SCORES_TOPIC, "found": False}
 
 
 def test_a_worse_model_is_rejected_the_run_succeeds_and_the_champion_stays(story):

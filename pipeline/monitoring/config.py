@@ -1,0 +1,56 @@
+"""The monitor's config slice, ``conf/<env>/monitoring.toml``: when a live model counts as degraded,
+how much evidence that takes, and what the monitor may do about it.
+
+Where the scores come from (Kafka, the scores topic of ``serving.toml``), which reports count (the
+raw store and ``label_maturity_days`` of ``ingest.toml``) and which registry holds the versions
+(``registry.toml``) are not repeated here: one definition each.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.config import ConfigError, load_section
+
+
+@dataclass(frozen=True)
+class MonitoringConfig:
+    # degraded: realised recall at the operating points below (expected recall - recall_margin) ...
+    recall_margin: float = 0.1
+    # ... on this many monitored days in a row (days with too few frauds are skipped, not counted)
+    degraded_after_days: int = 3
+    # a version with fewer matured frauds on the day is "insufficient evidence", never degraded
+    min_frauds: int = 20
+    # realised review rate outside budget x (1 +- band) is reported as a finding (not a state)
+    alert_rate_band: float = 0.5
+    # opt-in: a degraded champion is rolled back to previous-champion (audited, with the reason)
+    auto_rollback: bool = False
+    # drift findings: PSI of the live scores vs validation, of a served feature vs the training split
+    score_psi_warn: float = 0.25
+    feature_psi_warn: float = 0.25
+    feature_bins: int = 10  # quantile bins of the training split per numeric feature
+    feature_sample_rows: int = 20_000  # training rows sampled (whole shards, then rows) for feature PSI
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not 0.0 <= self.recall_margin < 1.0:
+            problems.append(f"recall_margin must be in [0, 1), got {self.recall_margin}")
+        if self.degraded_after_days < 1:
+            problems.append(f"degraded_after_days must be >= 1, got {self.degraded_after_days}")
+        if self.min_frauds < 1:
+            problems.append(f"min_frauds must be >= 1, got {self.min_frauds}")
+        if self.alert_rate_band <= 0.0:
+            problems.append(f"alert_rate_band must be > 0 (a share of the budget), got {self.alert_rate_band}")
+        if self.score_psi_warn <= 0.0 or self.feature_psi_warn <= 0.0:
+            problems.append("score_psi_warn and feature_psi_warn must be > 0")
+        if self.feature_bins < 2:
+            problems.append(f"feature_bins must be >= 2, got {self.feature_bins}")
+        if self.feature_sample_rows < 100:
+            problems.append(f"feature_sample_rows must be >= 100, got {self.feature_sample_rows}")
+        if problems:
+            raise ConfigError("monitoring.toml: " + "; ".join(problems))
+
+
+def load_monitoring_config(env: str | None = None, path: Path | None = None) -> MonitoringConfig:
+    return load_section(MonitoringConfig, "monitoring", env, path)

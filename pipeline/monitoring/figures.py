@@ -1,0 +1,121 @@
+"""Pure: one model version's realised figures on a monitored day, and what they are compared with.
+
+Each payment is judged at the thresholds it was decided at (the event's ``review_threshold`` and
+``block_threshold``), with the definitions of :mod:`pipeline.decisions.operating_points`: flagged =
+score >= review threshold (blocks included), blocked = score >= block threshold. Recall and
+precision are those of the flagged payments; the alert rate is the flagged share, compared with
+the version's review budget. Scores drift against the version's validation scores
+(:func:`pipeline.metrics.population_stability_index`), features against its training split
+(:mod:`pipeline.monitoring.drift`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeline.decisions.operating_points import OperatingPoints, SplitFigures, split_figures
+from pipeline.metrics import auc_roc, average_precision, population_stability_index
+from pipeline.monitoring.config import MonitoringConfig
+from pipeline.monitoring.drift import feature_psi
+from pipeline.monitoring.join import ScoredPayment
+
+SHOWN_DRIFTING = 5  # features named in a drift finding
+
+
+@dataclass(frozen=True)
+class VersionReference:
+    """What the registry holds about a version: what its live figures are judged against."""
+
+    version: int
+    run_id: str | None  # None: the version is not in the registry
+    operating_points: OperatingPoints | None
+    expected_recall: float | None
+    expected_recall_source: str  # the tag it came from, or "none"
+    validation_scores: np.ndarray | None
+    training_features: dict[str, np.ndarray] | None  # a sample of the training split, by feature
+    training_sample: str  # how that sample was drawn, for the report
+    categorical: frozenset[str]
+    notes: tuple[str, ...] = ()  # what could not be found, and why
+
+
+@dataclass(frozen=True)
+class VersionFigures:
+    version: int
+    at_operating_points: SplitFigures  # rows, frauds, review/block rate, recall, precision, block precision
+    auc_roc: float
+    average_precision: float
+    review_thresholds: tuple[float, ...]  # distinct thresholds the day's decisions used
+    block_thresholds: tuple[float, ...]
+    review_budget: float | None
+    review_rate_vs_budget: float | None  # realised review rate / budget
+    alert_rate_in_band: bool | None
+    score_psi: float
+    feature_psi: dict[str, float]
+    live_feature_rows: int
+    findings: tuple[str, ...]
+
+
+def version_figures(payments: list[ScoredPayment], labels: np.ndarray, reference: VersionReference,
+                    config: MonitoringConfig) -> VersionFigures:
+    """Figures of one version's payments (``labels`` aligned with them) against its ``reference``."""
+    scores = np.array([p.score for p in payments], dtype=np.float64)
+    review = np.array([p.review_threshold for p in payments], dtype=np.float64)
+    block = np.array([p.block_threshold for p in payments], dtype=np.float64)
+    # Arrays, not one threshold: each payment is judged at the thresholds it was decided at.
+    at_points = split_figures(labels, scores, review, block)  # type: ignore[arg-type]
+    findings = list(reference.notes)
+    findings += _threshold_findings(review, block, reference.operating_points)
+    budget = reference.operating_points.review_budget if reference.operating_points else None
+    ratio = in_band = None
+    if budget is not None and at_points.rows:
+        ratio = at_points.review_rate / budget
+        in_band = abs(ratio - 1.0) <= config.alert_rate_band
+        if not in_band:
+            findings.append(f"review rate {at_points.review_rate:.3%} is {ratio:.2f}x the budget {budget:.3%} "
+                            f"(band: x{1 - config.alert_rate_band:g}..x{1 + config.alert_rate_band:g})")
+    score_psi = math.nan
+    if reference.validation_scores is not None and scores.size:
+        score_psi = population_stability_index(reference.validation_scores, scores)
+        if score_psi > config.score_psi_warn:
+            findings.append(f"live scores drifted from validation: PSI {score_psi:.3f} > {config.score_psi_warn:g}")
+    drift: dict[str, float] = {}
+    if reference.training_features is not None:
+        served = {name: np.array([p.features.get(name, math.nan) for p in payments], dtype=np.float64)
+                  for name in reference.training_features}
+        never_served = sorted(n for n, v in served.items() if np.isnan(v).all())
+        served = {n: v for n, v in served.items() if n not in never_served}
+        drift = feature_psi(reference.training_features, served, set(reference.categorical), config.feature_bins)
+        findings += _drift_findings(drift, config, never_served)
+    return VersionFigures(
+        version=reference.version, at_operating_points=at_points, auc_roc=auc_roc(labels, scores),
+        average_precision=average_precision(labels, scores),
+        review_thresholds=tuple(sorted({float(x) for x in review})), block_thresholds=tuple(sorted({float(x) for x in block})),
+        review_budget=budget, review_rate_vs_budget=ratio, alert_rate_in_band=in_band, score_psi=score_psi,
+        feature_psi=drift, live_feature_rows=len(payments), findings=tuple(findings))
+
+
+def _threshold_findings(review: np.ndarray, block: np.ndarray, points: OperatingPoints | None) -> list[str]:
+    if points is None or review.size == 0:
+        return []
+    off = (review != points.review_threshold) | (block != points.block_threshold)
+    if not off.any():
+        return []
+    return [f"{int(off.sum())} of {review.size} decisions were made at thresholds other than the version's "
+            f"operating points (review >= {points.review_threshold:.4g}, block >= {points.block_threshold:.4g}): "
+            "an explicit override in serving.toml? Recall is measured at the thresholds used"]
+
+
+def _drift_findings(drift: dict[str, float], config: MonitoringConfig, never_served: list[str]) -> list[str]:
+    findings = []
+    shifted = sorted(((v, n) for n, v in drift.items() if v > config.feature_psi_warn), reverse=True)
+    if shifted:
+        named = ", ".join(f"{n} {v:.2f}" for v, n in shifted[:SHOWN_DRIFTING])
+        more = f" and {len(shifted) - SHOWN_DRIFTING} more" if len(shifted) > SHOWN_DRIFTING else ""
+        findings.append(f"served features drifted from the training split (PSI > {config.feature_psi_warn:g}): "
+                        f"{named}{more}")
+    if never_served:
+        findings.append(f"training features absent from every score event (no PSI): {', '.join(never_served)}")
+    return findings

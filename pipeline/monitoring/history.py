@@ -1,0 +1,119 @@
+"""Which monitored days each model version fell short on, and the ``degraded`` rule over them.
+
+A version is ``degraded`` on day ``D`` when its realised recall at the operating points was below
+``expected - recall_margin`` on ``degraded_after_days`` judged days in a row, ending with ``D``.
+Only judged days count (enough matured frauds and an expectation to compare with): a day with too
+few frauds neither extends nor breaks the run, and days never monitored are not in the history at
+all. So one noisy day never degrades a model, and a gap in monitoring does not reset the evidence.
+
+The history is a small JSON file per version, ``<state>/monitoring/history/<model>/v<N>.json``, one
+entry per monitored date (a re-run of a date replaces its entry), the latest :data:`KEEP_DAYS`
+kept. Rewritten atomically; one monitor run at a time (:func:`monitor_lock`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import json
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+from typing import Literal
+
+from pipeline.atomic import write_json_atomic
+from pipeline.monitoring.config import MonitoringConfig
+
+KEEP_DAYS = 120
+VersionState = Literal["ok", "degraded", "insufficient_evidence", "unjudged"]
+
+
+class MonitoringStateError(RuntimeError):
+    """The monitoring directory cannot be used as it is; the message says what to do."""
+
+
+class MonitorLocked(MonitoringStateError):
+    """Another monitor run holds the monitoring directory's lock."""
+
+
+@dataclass(frozen=True)
+class MonitoredDay:
+    date: str
+    frauds: int
+    recall: float | None  # realised, at the operating points (None: no frauds)
+    expected_recall: float | None  # None: nothing to compare with
+    recall_floor: float | None  # expected - margin
+    judged: bool  # enough frauds and an expectation
+    below: bool  # judged and recall < floor
+
+
+def judge_day(day: date, frauds: int, recall: float | None, expected: float | None,
+              config: MonitoringConfig) -> MonitoredDay:
+    floor = None if expected is None else expected - config.recall_margin
+    judged = frauds >= config.min_frauds and floor is not None and recall is not None and math.isfinite(recall)
+    return MonitoredDay(day.isoformat(), frauds, recall, expected, floor, judged,
+                        judged and recall < floor)  # type: ignore[operator]
+
+
+def days_below_in_a_row(history: list[MonitoredDay], day: date) -> int:
+    """Judged days up to ``day``, latest first, that were below the floor before the first that was not."""
+    streak = 0
+    for entry in sorted(history, key=lambda e: e.date, reverse=True):
+        if entry.date > day.isoformat() or not entry.judged:
+            continue
+        if not entry.below:
+            break
+        streak += 1
+    return streak
+
+
+def version_state(entry: MonitoredDay, streak: int, config: MonitoringConfig) -> VersionState:
+    if entry.frauds < config.min_frauds:
+        return "insufficient_evidence"
+    if not entry.judged:
+        return "unjudged"
+    return "degraded" if streak >= config.degraded_after_days else "ok"
+
+
+@dataclass(frozen=True)
+class HistoryStore:
+    """``<root>/history/<model>/v<N>.json`` (root: ``<state>/monitoring``)."""
+
+    root: Path
+
+    def path(self, model_name: str, version: int) -> Path:
+        return self.root / "history" / model_name / f"v{version}.json"
+
+    def read(self, model_name: str, version: int) -> list[MonitoredDay]:
+        path = self.path(model_name, version)
+        if not path.is_file():
+            return []
+        try:
+            return [MonitoredDay(**d) for d in json.loads(path.read_text())["days"]]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise MonitoringStateError(f"{path} is not a monitoring history ({type(exc).__name__}: {exc}); move it away "
+                             "to start the version's history afresh") from exc
+
+    def record(self, model_name: str, version: int, entry: MonitoredDay) -> list[MonitoredDay]:
+        """Add (or replace) ``entry``'s date; returns the history as written."""
+        days = {d.date: d for d in self.read(model_name, version)} | {entry.date: entry}
+        kept = [days[k] for k in sorted(days)][-KEEP_DAYS:]
+        write_json_atomic(self.path(model_name, version), {
+            "model_name": model_name, "version": version, "days": [dataclasses.asdict(d) for d in kept]})
+        return kept
+
+
+@contextmanager
+def monitor_lock(root: Path) -> Iterator[None]:
+    """Hold ``<root>/.lock`` (released by the OS if the process dies): history and reports have one writer."""
+    path = root / ".lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise MonitorLocked(f"another monitor run is using {root} (lock {path}); wait for it to finish") from None
+        yield

@@ -1,0 +1,83 @@
+"""The degraded rule over a version's monitored days, and the history file it is kept in."""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+
+import pytest
+
+from pipeline.monitoring.config import MonitoringConfig
+from pipeline.monitoring.history import (
+    HistoryStore,
+    MonitoringStateError,
+    MonitorLocked,
+    days_below_in_a_row,
+    judge_day,
+    monitor_lock,
+    version_state,
+)
+
+CONFIG = MonitoringConfig(recall_margin=0.1, degraded_after_days=3, min_frauds=10)
+EXPECTED = 0.6  # floor 0.5
+DAY = date(2026, 3, 1)
+
+
+def play(store: HistoryStore, days: list[tuple[int, float]], config: MonitoringConfig = CONFIG) -> list[str]:
+    """Monitor consecutive days of (frauds, realised recall); the state of each day."""
+    states = []
+    for i, (frauds, recall) in enumerate(days):
+        day = DAY + timedelta(days=i)
+        entry = judge_day(day, frauds, recall, EXPECTED, config)
+        streak = days_below_in_a_row(store.record("fd", 7, entry), day)
+        states.append(version_state(entry, streak, config))
+    return states
+
+
+def test_degraded_only_after_n_judged_days_in_a_row_below_the_floor(tmp_path):
+    store = HistoryStore(tmp_path)
+    assert play(store, [(20, 0.45), (20, 0.40), (20, 0.45), (20, 0.48)]) == ["ok", "ok", "degraded", "degraded"]
+
+
+def test_a_day_at_or_above_the_floor_breaks_the_run(tmp_path):
+    store = HistoryStore(tmp_path)
+    assert play(store, [(20, 0.4), (20, 0.4), (20, 0.5), (20, 0.4), (20, 0.4)]) == ["ok"] * 5
+
+
+def test_days_with_too_few_frauds_are_insufficient_evidence_and_neither_extend_nor_break_the_run(tmp_path):
+    store = HistoryStore(tmp_path)
+    states = play(store, [(20, 0.4), (3, 0.0), (20, 0.4), (5, 1.0), (20, 0.4)])
+    assert states == ["ok", "insufficient_evidence", "ok", "insufficient_evidence", "degraded"]
+
+
+def test_without_an_expectation_a_day_is_unjudged(tmp_path):
+    entry = judge_day(DAY, 50, 0.1, None, CONFIG)
+    assert (entry.judged, entry.below, entry.recall_floor) == (False, False, None)
+    assert version_state(entry, 0, CONFIG) == "unjudged"
+
+
+def test_rerunning_a_day_replaces_its_entry_and_an_earlier_day_sees_only_its_past(tmp_path):
+    store = HistoryStore(tmp_path)
+    play(store, [(20, 0.4), (20, 0.4), (20, 0.4)])
+    assert days_below_in_a_row(store.read("fd", 7), DAY + timedelta(days=2)) == 3
+    assert days_below_in_a_row(store.read("fd", 7), DAY + timedelta(days=1)) == 2  # a re-run of day 2
+    fixed = store.record("fd", 7, judge_day(DAY + timedelta(days=1), 20, 0.9, EXPECTED, CONFIG))
+    assert [d.date for d in fixed] == ["2026-03-01", "2026-03-02", "2026-03-03"]
+    assert days_below_in_a_row(fixed, DAY + timedelta(days=2)) == 1
+    assert store.read("fd", 8) == []  # versions keep separate histories
+
+
+def test_a_corrupt_history_names_the_file_to_move(tmp_path):
+    store = HistoryStore(tmp_path)
+    store.path("fd", 7).parent.mkdir(parents=True)
+    store.path("fd", 7).write_text("{")
+    with pytest.raises(MonitoringStateError, match="v7.json is not a monitoring history"):
+        store.read("fd", 7)
+
+
+def test_one_monitor_at_a_time(tmp_path):
+    with monitor_lock(tmp_path):
+        with pytest.raises(MonitorLocked, match="another monitor run"):
+            with monitor_lock(tmp_path):
+                pass
+    with monitor_lock(tmp_path):  # released
+        pass
