@@ -154,7 +154,7 @@ def publish_nights(kafka: KafkaConfig, nights: list[Night], base, demo: DemoConf
 def summary_lines(tonight: Night, traffic: Tonight, night: NightReport, registry, served: ServingFigures | None,
                   seconds: float) -> list[str]:
     """The end of the demo: counts, metrics, decision, the service's figures, and where to look next."""
-    from pipeline.nightly.text import SHOWN_VALIDATION, decision_line
+    from pipeline.nightly.text import SHOWN_VALIDATION, decision_line, monitor_line
     from pipeline.registry.config import resolved_tracking_uri
 
     run, gate = night.run, night.gate
@@ -181,6 +181,7 @@ def summary_lines(tonight: Night, traffic: Tonight, night: NightReport, registry
         f"   model: {night.model.model_name} v{night.model.version}; champion "
         + (f"v{gate.champion_version}" if gate.champion_version else "none yet"),
         *serving_summary(served),
+        f"   live model, {monitor_line(night.monitor)}" + _maturity_note(night),
         f"   plots: {plots_location(registry, night.model.version)}",
         f"   runs, metrics and models: mlflow ui --backend-store-uri {resolved_tracking_uri(registry)}",
         f"   run directory: {run.run_dir}",
@@ -188,6 +189,14 @@ def summary_lines(tonight: Night, traffic: Tonight, night: NightReport, registry
         f"   state: {state_dir()} (`make clean` removes it); `make demo` again plays the next night",
     ]
     return lines
+
+
+def _maturity_note(night: NightReport) -> str:
+    """Why a day without live decisions has nothing to judge yet: labels mature after the live day."""
+    if night.monitor is None or night.monitor.state != "nothing_to_monitor":
+        return ""
+    return (" (the live days the demo scores are judged once their fraud reports have matured: "
+            "label_maturity_days after each)")
 
 
 def plots_location(registry, version: int) -> str:

@@ -20,7 +20,11 @@ import torch
 from models.fraud_mlp import save_model
 from pipeline.atomic import atomic_path
 from pipeline.datasets.manifest import DatasetManifest
-from pipeline.decisions.operating_points import DecisionBudget, choose_operating_points, write_operating_points
+from pipeline.decisions.operating_points import (
+    DecisionBudget,
+    choose_operating_points,
+    write_operating_points,
+)
 from pipeline.training.calibration import apply_calibration, fit_calibration
 from pipeline.training.checkpoint import Checkpointer
 from pipeline.training.config import CompressionConfig

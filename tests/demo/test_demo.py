@@ -109,6 +109,7 @@ def test_two_nights_publish_ingest_train_and_gate(state_dir, dev_conf_training_s
     ids_after_first = _raw_transaction_ids(state_dir)
     assert len(ids_after_first) == len(set(ids_after_first))  # the night's duplicates were dropped
 
+    assert first.monitor is not None and re.search(r"live model, monitor \d{4}-\d\d-\d\d: ", summary)
     saved = (state_dir / "demo" / "scores.jsonl").read_text().splitlines()
     assert len(saved) == (int(re.search(r"scoring service: (\d+) live payments", out).group(1))
                           if first.gate.champion_version else 0)

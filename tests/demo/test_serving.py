@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.contract import Kind, validate_object
+from pipeline.demo.dirty import publish_raw
+from pipeline.demo.scores_log import replay_scores, save_scores
 from pipeline.demo.serving import (
     LIVE_FRAUDS,
     LIVE_PAYMENTS,
@@ -23,8 +25,6 @@ from pipeline.demo.serving import (
     pick_live_payments,
     serving_summary,
 )
-from pipeline.demo.dirty import publish_raw
-from pipeline.demo.scores_log import replay_scores, save_scores
 from pipeline.kafka.reader import read_topic
 from pipeline.kafka.settings import KafkaConfig
 from pipeline.simulation import GENUINE, load_simulation_config, simulate
