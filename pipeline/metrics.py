@@ -8,12 +8,18 @@ caller can decide ("insufficient evidence") instead of crashing.
 Two models scored on the same rows are compared with paired intervals (:class:`PairedDifference`):
 DeLong for AUC-ROC, a bootstrap for any metric here with a weighted form; both optionally by cluster
 (the card), because rows of one card are not independent evidence.
+
+Budget metrics (:func:`recall_at_rate`, :func:`precision_at_rate`) flag the top ``rate`` share of the
+rows by score, what a review team with that capacity works through. A tie group straddling the cut
+is flagged in part, in proportion to the places left, so ties neither help nor hurt a model.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from functools import partial
 from statistics import NormalDist
 from typing import Literal
 
@@ -55,6 +61,40 @@ def recall_at_fpr(labels, scores, max_fpr: float = 0.01) -> float:
         return float("nan")
     fpr, tpr, _ = roc_curve(y, s)
     return float(tpr[fpr <= max_fpr].max())
+
+
+def _flagged_share(scores: np.ndarray, rate: float) -> np.ndarray:
+    """Per row, how much of it the top ``k = rate * n`` rows take: 1 above the cut, 0 below, and for the
+    tie group straddling it the share of the group that the remaining places fill."""
+    if not 0.0 < rate <= 1.0:
+        raise ValueError(f"a flagged share must be in (0, 1], got {rate}")
+    if not np.all(np.isfinite(scores)):
+        raise ValueError("budget metrics need finite scores: drop the rows a model could not score first")
+    ascending_negated = np.sort(-scores)
+    higher = np.searchsorted(ascending_negated, -scores, side="left")  # rows scored strictly higher
+    tied = np.searchsorted(ascending_negated, -scores, side="right") - higher  # rows with this score, itself included
+    return np.clip((rate * scores.size - higher) / tied, 0.0, 1.0)
+
+
+def recall_at_rate(labels, scores, rate: float) -> float:
+    """Share of the frauds among the top ``rate`` share of rows by score (ties flagged in part).
+
+    NaN without frauds. Raises ValueError for ``rate`` outside (0, 1] or non-finite scores.
+    """
+    y, s = _arrays(labels, scores)
+    flagged = _flagged_share(s, rate)
+    frauds = int(y.sum())
+    return float(flagged @ y / frauds) if frauds else float("nan")
+
+
+def precision_at_rate(labels, scores, rate: float) -> float:
+    """Share of frauds among the top ``rate`` share of rows by score, i.e. flagged frauds / (rate * n).
+
+    NaN on no rows. Raises ValueError for ``rate`` outside (0, 1] or non-finite scores.
+    """
+    y, s = _arrays(labels, scores)
+    flagged = _flagged_share(s, rate)
+    return float(flagged @ y / (rate * y.size)) if y.size else float("nan")
 
 
 @dataclass(frozen=True)
@@ -229,9 +269,11 @@ def _cluster_codes(clusters, n: int) -> np.ndarray:
 
 
 class _RankedScores:
-    """One model's scores sorted once (descending) with their tie groups, so AUC-ROC and average
-    precision can be evaluated for many weightings of the rows (bootstrap replicates) without
-    sorting again. Weights are ``replicates x rows`` arrays in the original row order."""
+    """One model's scores sorted once (descending) with their tie groups, so AUC-ROC, average
+    precision and the budget metrics can be evaluated for many weightings of the rows (bootstrap
+    replicates) without sorting again. Weights are ``replicates x rows`` arrays in the original row
+    order; a weight is how many times the row was drawn. Each metric is also a function of the
+    per-score sums (:meth:`per_score`), so several metrics of one batch share that step."""
 
     def __init__(self, labels: np.ndarray, scores: np.ndarray) -> None:
         self.order = np.argsort(-scores, kind="mergesort")
@@ -239,42 +281,111 @@ class _RankedScores:
         ordered = scores[self.order]
         self.starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])  # first row of each distinct score
 
-    def _per_score(self, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def per_score(self, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Weight of positives and of all rows at each distinct score, highest score first."""
         w = weights[:, self.order]
         return np.add.reduceat(w * self.labels, self.starts, axis=1), np.add.reduceat(w, self.starts, axis=1)
 
     def auc_roc(self, weights: np.ndarray) -> np.ndarray:
-        pos, rows = self._per_score(weights)
-        neg = rows - pos
-        neg_below = neg.sum(axis=1, keepdims=True) - np.cumsum(neg, axis=1)  # ties count 1/2 below
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return (pos * (neg_below + 0.5 * neg)).sum(axis=1) / (pos.sum(axis=1) * neg.sum(axis=1))
+        return _auc_of_sums(*self.per_score(weights))
 
     def average_precision(self, weights: np.ndarray) -> np.ndarray:
-        """As scikit-learn defines it: sum over distinct thresholds of recall step x precision."""
-        pos, rows = self._per_score(weights)
-        tp, flagged = np.cumsum(pos, axis=1), np.cumsum(rows, axis=1)
-        precision = np.divide(tp, flagged, out=np.zeros_like(tp), where=flagged > 0)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return (pos * precision).sum(axis=1) / tp[:, -1]
+        return _ap_of_sums(*self.per_score(weights))
+
+    def recall_at_rate(self, weights: np.ndarray, rate: float) -> np.ndarray:
+        return _recall_at_rate_of_sums(*self.per_score(weights), rate)
+
+    def precision_at_rate(self, weights: np.ndarray, rate: float) -> np.ndarray:
+        return _precision_at_rate_of_sums(*self.per_score(weights), rate)
+
+
+def _auc_of_sums(pos: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    neg = rows - pos
+    neg_below = neg.sum(axis=1, keepdims=True) - np.cumsum(neg, axis=1)  # ties count 1/2 below
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (pos * (neg_below + 0.5 * neg)).sum(axis=1) / (pos.sum(axis=1) * neg.sum(axis=1))
+
+
+def _ap_of_sums(pos: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """As scikit-learn defines it: sum over distinct thresholds of recall step x precision."""
+    tp, flagged = np.cumsum(pos, axis=1), np.cumsum(rows, axis=1)
+    precision = np.divide(tp, flagged, out=np.zeros_like(tp), where=flagged > 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (pos * precision).sum(axis=1) / tp[:, -1]
+
+
+def _flagged_frauds_of_sums(pos: np.ndarray, rows: np.ndarray, rate: float) -> tuple[np.ndarray, np.ndarray]:
+    """Fraud weight flagged by the top ``rate`` share of each replicate's weight (the tie group at the
+    cut in part, as :func:`recall_at_rate`), and that flagged weight ``k``."""
+    if not 0.0 < rate <= 1.0:
+        raise ValueError(f"a flagged share must be in (0, 1], got {rate}")
+    cum_rows, cum_pos = np.cumsum(rows, axis=1), np.cumsum(pos, axis=1)
+    k = rate * cum_rows[:, -1]
+    # The group at the cut: the first whose cumulative weight reaches k (it holds weight, so no 0/0).
+    cut = np.minimum((cum_rows < k[:, None]).sum(axis=1), rows.shape[1] - 1)
+    replicate = np.arange(rows.shape[0])
+    at_cut_rows, at_cut_pos = rows[replicate, cut], pos[replicate, cut]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = (k - (cum_rows[replicate, cut] - at_cut_rows)) / at_cut_rows
+    return cum_pos[replicate, cut] - at_cut_pos + share * at_cut_pos, k
+
+
+def _recall_at_rate_of_sums(pos: np.ndarray, rows: np.ndarray, rate: float) -> np.ndarray:
+    flagged, _ = _flagged_frauds_of_sums(pos, rows, rate)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return flagged / pos.sum(axis=1)
+
+
+def _precision_at_rate_of_sums(pos: np.ndarray, rows: np.ndarray, rate: float) -> np.ndarray:
+    flagged, k = _flagged_frauds_of_sums(pos, rows, rate)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return flagged / k
+
+
+BootstrapMetric = Literal["auc_roc", "average_precision", "recall_at_rate", "precision_at_rate"]
+_OF_SUMS: dict[str, Callable[..., np.ndarray]] = {
+    "auc_roc": _auc_of_sums, "average_precision": _ap_of_sums,
+    "recall_at_rate": _recall_at_rate_of_sums, "precision_at_rate": _precision_at_rate_of_sums,
+}
+RATE_METRICS = ("recall_at_rate", "precision_at_rate")  # need ``rate``: the flagged share
+
+
+def _of_sums(metric: BootstrapMetric, rate: float | None) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """``metric`` as a function of one model's per-score sums."""
+    if metric not in _OF_SUMS:
+        raise ValueError(f"no bootstrap for metric {metric!r}: one of {', '.join(_OF_SUMS)}")
+    if metric not in RATE_METRICS:
+        return _OF_SUMS[metric]
+    if rate is None:
+        raise ValueError(f"the bootstrap of {metric} needs the flagged share: pass rate=")
+    return partial(_OF_SUMS[metric], rate=rate)
 
 
 BOOTSTRAP_CELLS = 4_000_000  # replicates x rows weighted at once (a few 32 MB arrays)
 
 
-def paired_bootstrap_difference(labels, scores_a, scores_b,
-                                metric: Literal["auc_roc", "average_precision"] = "average_precision",
+def paired_bootstrap_difference(labels, scores_a, scores_b, metric: BootstrapMetric = "average_precision",
                                 clusters=None, resamples: int = 1000, confidence: float = 0.95,
-                                seed: int = 0) -> PairedDifference:
-    """``metric`` (``auc_roc`` or ``average_precision``) of ``scores_a`` minus that of ``scores_b`` on
-    the same rows, with a percentile interval from a paired bootstrap.
+                                seed: int = 0, rate: float | None = None) -> PairedDifference:
+    """``metric`` of ``scores_a`` minus that of ``scores_b`` on the same rows, with a percentile interval
+    from a paired bootstrap: :func:`paired_bootstrap_differences` for one metric."""
+    return paired_bootstrap_differences(labels, scores_a, scores_b, (metric,), clusters, resamples, confidence,
+                                        seed, rate)[0]
+
+
+def paired_bootstrap_differences(labels, scores_a, scores_b, metrics: Sequence[BootstrapMetric],
+                                 clusters=None, resamples: int = 1000, confidence: float = 0.95,
+                                 seed: int = 0, rate: float | None = None) -> tuple[PairedDifference, ...]:
+    """Per metric of ``metrics`` (``auc_roc``, ``average_precision``, ``recall_at_rate``,
+    ``precision_at_rate``; the last two at flagged share ``rate``), that metric of ``scores_a`` minus
+    that of ``scores_b`` on the same rows, with a percentile interval from one paired bootstrap.
 
     Each replicate draws whole clusters (``clusters``: one id per row, e.g. the card) or rows with
     replacement, and scores both models on the same draw, so what the models share cancels out.
-    Replicates are row weights, so each model's scores are sorted once, not once per replicate.
-    Deterministic for a given ``seed``. Replicates without a positive are dropped; NaN when more
-    than half are.
+    Every metric is judged on the same replicates, and a metric's intervals do not depend on which
+    others are asked for. Replicates are row weights, so each model's scores are sorted once, not once
+    per replicate. Deterministic for a given ``seed``. A metric's replicates where it is undefined
+    (no positive drawn) are dropped; its interval is NaN when more than half are.
     """
     y, a = _arrays(labels, scores_a)
     _, b = _arrays(labels, scores_b)
@@ -283,22 +394,33 @@ def paired_bootstrap_difference(labels, scores_a, scores_b,
     units = int(codes.max()) + 1 if codes.size else 0
     nan = float("nan")
     if not _has_both_classes(y):
-        return PairedDifference(nan, nan, nan, confidence, method, units)
-    metric_a, metric_b = (getattr(_RankedScores(y, s), metric) for s in (a, b))
-    estimate = float(metric_a(np.ones((1, y.size)))[0] - metric_b(np.ones((1, y.size)))[0])
+        return tuple(PairedDifference(nan, nan, nan, confidence, method, units) for _ in metrics)
+    ranked = (_RankedScores(y, a), _RankedScores(y, b))
+    functions = [_of_sums(m, rate) for m in metrics]
+
+    def differences(weights: np.ndarray) -> list[np.ndarray]:
+        sums_a, sums_b = (r.per_score(weights) for r in ranked)
+        return [f(*sums_a) - f(*sums_b) for f in functions]
+
+    estimates = [float(d[0]) for d in differences(np.ones((1, y.size)))]
     rng = np.random.default_rng(seed)
     batch = max(1, BOOTSTRAP_CELLS // max(y.size, units))
-    diffs = []
+    diffs: list[list[np.ndarray]] = [[] for _ in metrics]
     for done in range(0, resamples, batch):
         size = min(batch, resamples - done)
         draws = rng.integers(0, units, size=(size, units)) + units * np.arange(size)[:, None]
         counts = np.bincount(draws.ravel(), minlength=size * units).reshape(size, units)
-        weights = counts[:, codes].astype(np.float64)
-        diffs.append(metric_a(weights) - metric_b(weights))
-    diffs = np.concatenate(diffs)
+        for out, d in zip(diffs, differences(counts[:, codes].astype(np.float64)), strict=True):
+            out.append(d)
+    return tuple(_percentile_interval(est, np.concatenate(d), resamples, confidence, method, units)
+                 for est, d in zip(estimates, diffs, strict=True))
+
+
+def _percentile_interval(estimate: float, diffs: np.ndarray, resamples: int, confidence: float, method: str,
+                         units: int) -> PairedDifference:
     diffs = diffs[np.isfinite(diffs)]
     if diffs.size * 2 < resamples:
-        return PairedDifference(estimate, nan, nan, confidence, method, units)
+        return PairedDifference(estimate, float("nan"), float("nan"), confidence, method, units)
     lower, upper = np.quantile(diffs, [(1 - confidence) / 2, (1 + confidence) / 2])
     return PairedDifference(estimate, float(lower), float(upper), confidence, method, units)
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -18,8 +19,11 @@ from pipeline.metrics import (
     delong_auc_difference,
     expected_calibration_error,
     paired_bootstrap_difference,
+    paired_bootstrap_differences,
     population_stability_index,
+    precision_at_rate,
     recall_at_fpr,
+    recall_at_rate,
 )
 
 
@@ -42,6 +46,52 @@ def test_recall_at_fpr_takes_the_best_threshold_within_budget():
     scores = np.array([1.0, 0.9, 0.8, 0.7] + [0.1] * 99)
     assert recall_at_fpr(labels, scores, 0.01) == 1.0
     assert recall_at_fpr(labels, scores, 0.0) == 0.0
+
+
+# Ten rows: two above a tie group of four holding two frauds, then four below (one fraud): 3 frauds in all.
+BUDGET_LABELS = [1, 0, 1, 0, 0, 1, 0, 0, 0, 1]
+BUDGET_SCORES = [0.9, 0.8, 0.7, 0.7, 0.7, 0.7, 0.2, 0.1, 0.1, 0.0]
+
+
+@pytest.mark.parametrize(("rate", "flagged_frauds"), [
+    (0.1, 1.0),  # k = 1: the top row
+    (0.2, 1.0),  # k = 2: the top two, no tie touched
+    (0.3, 1.5),  # k = 3: one place for the tie group of 4 -> a quarter of its 2 frauds
+    (0.45, 2.25),  # k = 4.5: 2.5 places of 4 -> 5/8 of 2 frauds
+    (0.6, 3.0),  # k = 6: the whole tie group
+    (1.0, 4.0),  # everything
+])
+def test_budget_metrics_flag_the_top_share_and_split_a_straddling_tie(rate, flagged_frauds):
+    k = rate * len(BUDGET_LABELS)
+    assert recall_at_rate(BUDGET_LABELS, BUDGET_SCORES, rate) == pytest.approx(flagged_frauds / 4)
+    assert precision_at_rate(BUDGET_LABELS, BUDGET_SCORES, rate) == pytest.approx(flagged_frauds / k)
+
+
+def test_a_tie_at_the_cut_neither_helps_nor_hurts():
+    """A tie group counts as its average over every order the tie could be broken in."""
+    labels = np.array([1, 0, 0, 1, 0])
+    tied = np.array([0.9, 0.5, 0.5, 0.5, 0.1])  # rows 1-3 tie; the fraud among them is row 3
+    orders = list(itertools.permutations([1, 2, 3]))
+    for rate in (0.4, 0.6):
+        broken = []
+        for order in orders:
+            scores = tied.copy()
+            scores[list(order)] += [0.03, 0.02, 0.01]  # first in ``order`` ranks highest
+            broken.append((recall_at_rate(labels, scores, rate), precision_at_rate(labels, scores, rate)))
+        assert recall_at_rate(labels, tied, rate) == pytest.approx(np.mean([r for r, _ in broken]))
+        assert precision_at_rate(labels, tied, rate) == pytest.approx(np.mean([p for _, p in broken]))
+    assert recall_at_rate(labels, tied, 0.4) == pytest.approx((1 + 1 / 3) / 2)  # k = 2: 1 of 3 places
+
+
+def test_budget_metrics_are_undefined_without_frauds_or_rows_and_refuse_bad_input():
+    assert math.isnan(recall_at_rate([0, 0, 0], [0.3, 0.2, 0.1], 0.5))
+    assert precision_at_rate([0, 0, 0], [0.3, 0.2, 0.1], 0.5) == 0.0
+    assert math.isnan(recall_at_rate([], [], 0.5)) and math.isnan(precision_at_rate([], [], 0.5))
+    for rate in (0.0, -0.1, 1.5):
+        with pytest.raises(ValueError, match=r"\(0, 1\]"):
+            recall_at_rate(BUDGET_LABELS, BUDGET_SCORES, rate)
+    with pytest.raises(ValueError, match="finite scores"):
+        precision_at_rate([1, 0], [0.5, float("nan")], 0.5)
 
 
 def test_card_precision_groups_by_card_and_day():
@@ -220,6 +270,42 @@ def test_resampling_weights_give_sklearns_weighted_auc_and_ap():
     for i, w in enumerate(weights):
         assert ap[i] == pytest.approx(average_precision_score(y, a, sample_weight=w), abs=1e-12)
         assert auc[i] == pytest.approx(roc_auc_score(y, a, sample_weight=w), abs=1e-12)
+
+
+def test_resampling_weights_give_the_budget_metrics_of_the_resample():
+    """A replicate's weights are counts of drawn rows: equal to the plain metric on the rows repeated
+    that often (ties and the fractional cut included), and to it at unit weights."""
+    rng = np.random.default_rng(12)
+    y, a, _ = two_models(rng, n=400)  # rounded scores: many ties
+    weights = rng.integers(0, 4, size=(3, y.size)).astype(float)
+    ranked = metrics._RankedScores(y, a)
+    for rate in (0.005, 0.05, 0.3):
+        unit = np.ones((1, y.size))
+        assert ranked.recall_at_rate(unit, rate)[0] == pytest.approx(recall_at_rate(y, a, rate), abs=1e-12)
+        assert ranked.precision_at_rate(unit, rate)[0] == pytest.approx(precision_at_rate(y, a, rate), abs=1e-12)
+        recall, precision = ranked.recall_at_rate(weights, rate), ranked.precision_at_rate(weights, rate)
+        for i, w in enumerate(weights.astype(int)):
+            drawn_y, drawn_a = np.repeat(y, w), np.repeat(a, w)
+            assert recall[i] == pytest.approx(recall_at_rate(drawn_y, drawn_a, rate), abs=1e-12)
+            assert precision[i] == pytest.approx(precision_at_rate(drawn_y, drawn_a, rate), abs=1e-12)
+
+
+def test_budget_bootstrap_estimates_the_plain_difference_and_shares_replicates_across_metrics():
+    y, a, b, card = card_clustered_models(np.random.default_rng(13))
+    ap, recall, precision = paired_bootstrap_differences(
+        y, a, b, ("average_precision", "recall_at_rate", "precision_at_rate"), clusters=card, resamples=300,
+        seed=4, rate=0.05)
+    assert recall.estimate == pytest.approx(recall_at_rate(y, a, 0.05) - recall_at_rate(y, b, 0.05), abs=1e-12)
+    assert precision.estimate == pytest.approx(precision_at_rate(y, a, 0.05) - precision_at_rate(y, b, 0.05),
+                                               abs=1e-12)
+    assert (recall.method, recall.units) == ("bootstrap-clustered", 400)
+    assert recall.lower < recall.estimate < recall.upper
+    # Asked alone or together, a metric sees the same replicates: the same interval.
+    assert paired_bootstrap_difference(y, a, b, "average_precision", clusters=card, resamples=300, seed=4) == ap
+    assert paired_bootstrap_difference(y, a, b, "recall_at_rate", clusters=card, resamples=300, seed=4,
+                                       rate=0.05) == recall
+    with pytest.raises(ValueError, match="rate="):
+        paired_bootstrap_difference(y, a, b, "recall_at_rate", resamples=100)
 
 
 def test_intervals_are_nan_without_both_classes():

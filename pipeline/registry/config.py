@@ -34,7 +34,7 @@ class IntervalConfig:
     """How the paired challenger-minus-champion intervals are computed (same rows, both models)."""
 
     confidence: float = 0.95  # two-sided level of every interval shown and decided on
-    bootstrap_resamples: int = 1000  # average-precision interval: resamples of the holdout's cards
+    bootstrap_resamples: int = 1000  # average precision and the budget metrics: resamples of the holdout's cards
     seed: int = 0  # fixed, so re-running a gate on the same rows gives the same intervals
 
     def __post_init__(self) -> None:
@@ -68,11 +68,23 @@ class GateConfig:
     min_holdout_frauds: Guardrail = field(default_factory=lambda: Guardrail(30))
     # Largest share of holdout rows the challenger may score as NaN (0: none at all).
     max_nan_share: Guardrail = field(default_factory=lambda: Guardrail(0.0))
+    # Largest loss of recall at the review budget vs the champion that still counts as "as good"
+    # (recall units): both models flag the same top share of the holdout, the challenger's budget.
+    # Warn unless a config says block: AUC is what the gate always required; rejecting on the budget
+    # is a deployment's choice (conf/prod blocks).
+    budget_recall_margin: Guardrail = field(default_factory=lambda: Guardrail(0.02, "warn"))
+    # The budget both models are compared at when the challenger carries no operating points
+    # (registered before they existed, or explicit thresholds): keep it equal to train.toml's
+    # [decisions].review_rate, the budget new versions are chosen from.
+    review_rate: float = 0.005
     intervals: IntervalConfig = field(default_factory=IntervalConfig)
 
     def __post_init__(self) -> None:
-        if self.auc_margin < 0 or self.ap_tolerance.value < 0:
-            raise ConfigError("gate.auc_margin and gate.ap_tolerance are margins: they must be >= 0")
+        if self.auc_margin < 0 or self.ap_tolerance.value < 0 or self.budget_recall_margin.value < 0:
+            raise ConfigError("gate.auc_margin, gate.ap_tolerance and gate.budget_recall_margin are margins: "
+                              "they must be >= 0")
+        if not 0.0 < self.review_rate < 1.0:
+            raise ConfigError(f"gate.review_rate is a share of payments: it must be in (0, 1), got {self.review_rate}")
 
 
 @dataclass(frozen=True)

@@ -3,11 +3,16 @@ comparison and the gate config.
 
 No I/O: :mod:`pipeline.registry.promotion` scores the models and acts on the :class:`Decision`.
 
-Metric keys read from the mappings (as produced by :func:`pipeline.registry.holdout.holdout_metrics`):
-``auc_roc``, ``average_precision``, ``ece``, ``n_fraud``, ``nan_share``. Against a champion, AUC-ROC
-and average precision are judged on the paired intervals of the :class:`Comparison`, never on the two
-point estimates: the challenger is blocked only when the whole interval of (challenger - champion)
-lies below ``-margin``. The burden of proof is on rejecting: a fresher model has seen the newest
+Metric keys read from the mappings (as produced by :func:`pipeline.registry.holdout.holdout_metrics`
+and :func:`pipeline.registry.comparison.budget_metrics`): ``auc_roc``, ``average_precision``,
+``recall_at_budget``, ``ece``, ``n_fraud``, ``nan_share``. Against a champion, AUC-ROC, average
+precision and recall at the review budget are judged on the paired intervals of the
+:class:`Comparison`, never on the two point estimates: the challenger is blocked only when the whole
+interval of (challenger - champion) lies below ``-margin``. Recall at the budget is what the review
+team sees: a model can rank better overall (AUC) and still find fewer frauds in the share of payments
+the team can look at; that loss is reported as a failed ``budget_recall_margin`` guardrail, blocking
+or warning as its mode says. Precision at the budget is reported, not judged: at the same flagged
+share it moves with recall. The burden of proof is on rejecting: a fresher model has seen the newest
 fraud, so a difference the holdout cannot resolve keeps it. A NaN metric or a missing interval never
 passes a check: missing evidence is never read as good evidence.
 """
@@ -18,6 +23,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from pipeline.decisions.operating_points import OperatingPoints
 from pipeline.metrics import PairedDifference
 from pipeline.registry.comparison import Comparison
 from pipeline.registry.config import GateConfig, Guardrail
@@ -121,9 +127,32 @@ def _compare_with_champion(checks: _Checks, challenger: Mapping[str, float], cha
         f"average precision {ap:.4f} vs champion {champ_ap:.4f}: {describe(diff)}, not shown worse by more than {tol:g}",
         _worse_message("average precision", ap, champ_ap, diff, tol),
     )
+    _compare_at_budget(checks, challenger, champion, comparison, config)
     psi, limit = comparison.psi, config.psi_limit.value
     checks.guard(config.psi_limit, psi <= limit, f"score PSI vs champion {psi:.4f} <= {limit:g}",
                  f"score shift: PSI vs champion {psi:.4f} above the limit {limit:g}")
+
+
+def _compare_at_budget(checks: _Checks, challenger: Mapping[str, float], champion: Mapping[str, float],
+                       comparison: Comparison, config: GateConfig) -> None:
+    budget = comparison.review_budget
+    metric = "recall at the review budget" + ("" if budget is None else f" (top {budget:.2%} of payments)")
+    recall, champ_recall = _get(challenger, "recall_at_budget"), _get(champion, "recall_at_budget")
+    diff, margin = comparison.recall_at_budget, config.budget_recall_margin.value
+    checks.guard(
+        config.budget_recall_margin, _not_worse(diff, margin),
+        f"{metric} {recall:.4f} vs champion {champ_recall:.4f}: {describe(diff)}, not shown worse by more than {margin:g}",
+        _worse_message(metric, recall, champ_recall, diff, margin),
+    )
+
+
+def comparison_budget(challenger_points: OperatingPoints | None, config: GateConfig) -> tuple[float, str]:
+    """The review budget both models are compared at, and where it comes from: the challenger's
+    (the budget it would be deployed with), else ``gate.review_rate``."""
+    if challenger_points is not None and challenger_points.review_budget is not None:
+        return challenger_points.review_budget, "the challenger's operating points"
+    why = "no operating points" if challenger_points is None else "explicit thresholds, no budget"
+    return config.review_rate, f"gate.review_rate (the challenger has {why})"
 
 
 def _not_worse(diff: PairedDifference, margin: float) -> bool:

@@ -12,6 +12,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from pipeline.decisions.operating_points import OperatingPoints, SplitFigures
 from pipeline.jsonable import nan_to_none
 from pipeline.registry.audit import AuditRecord
 from pipeline.registry.comparison import Comparison
@@ -24,8 +25,22 @@ PROMOTED = "promoted"
 REJECTED = "rejected"
 ALREADY_CHAMPION = "already-champion"
 
-SHOWN_METRICS = ("auc_roc", "average_precision", "recall_at_1pct_fpr", "card_precision_at_100", "ece",
-                 "nan_share", "n", "n_fraud")
+SHOWN_METRICS = ("auc_roc", "average_precision", "recall_at_1pct_fpr", "card_precision_at_100",
+                 "recall_at_budget", "precision_at_budget", "ece", "nan_share", "n", "n_fraud")
+
+
+@dataclass(frozen=True)
+class OwnThresholds:
+    """A version's operating points and what they realise on the gate's holdout (every row; a NaN
+    score never flags): the figures its decisions would have had there."""
+
+    points: OperatingPoints
+    holdout: SplitFigures
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> OwnThresholds:
+        figures = {k: math.nan if v is None else v for k, v in d["holdout"].items()}
+        return OwnThresholds(OperatingPoints.from_dict(d["points"]), SplitFigures(**figures))
 
 
 @dataclass(frozen=True)
@@ -43,6 +58,12 @@ class GateReport:
     decided_at: str = ""
     actor: str = ""
     replayed: bool = False  # True: the recorded decision of an identical earlier gate run
+    # The budget recall/precision at budget are compared at, and where it came from (None: a report
+    # stored before budgets, or no gate run).
+    review_budget: float | None = None
+    budget_source: str = ""
+    challenger_thresholds: OwnThresholds | None = None  # None: a version without operating points
+    champion_thresholds: OwnThresholds | None = None
 
     @property
     def exit_code(self) -> int:
@@ -63,6 +84,9 @@ class GateReport:
             d["champion_metrics"] = _none_to_nan(d["champion_metrics"])
         if d.get("comparison") is not None:
             d["comparison"] = Comparison.from_dict(d["comparison"])
+        for key in ("challenger_thresholds", "champion_thresholds"):
+            if d.get(key) is not None:
+                d[key] = OwnThresholds.from_dict(d[key])
         return GateReport(**d)
 
     def as_replay(self) -> GateReport:
@@ -95,6 +119,7 @@ def format_gate_report(report: GateReport) -> str:
         for key in SHOWN_METRICS:
             if key in report.challenger_metrics or key in champ:
                 lines.append(f"{key:<24}{_fmt(report.challenger_metrics.get(key)):>12}{_fmt(champ.get(key)):>12}")
+    lines += _budget_lines(report)
     if report.comparison is not None:
         lines += _comparison_lines(report.comparison)
     verdict = {PROMOTED: f"PROMOTED: v{report.challenger_version} is champion",
@@ -110,9 +135,34 @@ def format_gate_report(report: GateReport) -> str:
     return "\n".join(lines)
 
 
+def _budget_lines(report: GateReport) -> list[str]:
+    """The budget, then per model its thresholds and what they realise on the holdout."""
+    if report.review_budget is None:
+        return []
+    lines = [f"review budget: top {report.review_budget:.2%} of payments ({report.budget_source})",
+             "  recall/precision_at_budget: each model flagging that share of the holdout",
+             "operating points, and what each model's own thresholds realise on the holdout:"]
+    models = [(f"challenger v{report.challenger_version}", report.challenger_thresholds)]
+    if report.champion_version is not None:
+        models.append((f"champion v{report.champion_version}", report.champion_thresholds))
+    for label, own in models:
+        if own is None:
+            lines.append(f"  {label}: no operating points (see the notes)")
+            continue
+        h = own.holdout
+        lines += [f"  {label}: {own.points.describe()}",
+                  f"  {'':<{len(label)}}  holdout: review rate {h.review_rate:.2%}, recall {_fmt(h.recall)}, "
+                  f"precision {_fmt(h.precision)}, block rate {h.block_rate:.2%}"]
+    return lines
+
+
 def _comparison_lines(comparison: Comparison) -> list[str]:
     lines = [f"challenger - champion on the {comparison.n} rows both scored ({comparison.n_fraud} frauds):"]
-    for key, diff in (("auc_roc", comparison.auc_roc), ("average_precision", comparison.average_precision)):
+    diffs = [("auc_roc", comparison.auc_roc), ("average_precision", comparison.average_precision)]
+    if comparison.review_budget is not None:
+        diffs += [("recall_at_budget", comparison.recall_at_budget),
+                  ("precision_at_budget", comparison.precision_at_budget)]
+    for key, diff in diffs:
         units = "cards" if diff.method.endswith("clustered") else "rows"
         lines.append(f"  {key:<22}{describe(diff)}  ({diff.method}, {diff.units} {units})")
     lines.append(f"  {'psi':<22}{_fmt(comparison.psi)}")

@@ -9,25 +9,31 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from pipeline.decisions.operating_points import DecisionBudget, explicit_operating_points
 from pipeline.metrics import PairedDifference, classification_report
-from pipeline.registry.comparison import Comparison, compare_models
+from pipeline.registry.comparison import Comparison, budget_metrics, compare_models
 from pipeline.registry.config import GateConfig, Guardrail
-from pipeline.registry.gate import INSUFFICIENT_EVIDENCE, should_promote
+from pipeline.registry.gate import INSUFFICIENT_EVIDENCE, comparison_budget, should_promote
 
-CHAMPION = {"auc_roc": 0.90, "average_precision": 0.60, "ece": 0.01, "n_fraud": 200, "nan_share": 0.0}
-GOOD = {"auc_roc": 0.91, "average_precision": 0.61, "ece": 0.01, "n_fraud": 200, "nan_share": 0.0}
+CHAMPION = {"auc_roc": 0.90, "average_precision": 0.60, "recall_at_budget": 0.40, "precision_at_budget": 0.30,
+            "ece": 0.01, "n_fraud": 200, "nan_share": 0.0}
+GOOD = {"auc_roc": 0.91, "average_precision": 0.61, "recall_at_budget": 0.42, "precision_at_budget": 0.31,
+        "ece": 0.01, "n_fraud": 200, "nan_share": 0.0}
 CONFIG = GateConfig(auc_margin=0.002, first_model_auc_floor=0.8, ap_tolerance=Guardrail(0.02),
                     ece_limit=Guardrail(0.05), psi_limit=Guardrail(0.25), min_holdout_frauds=Guardrail(50),
-                    max_nan_share=Guardrail(0.0))
+                    max_nan_share=Guardrail(0.0), budget_recall_margin=Guardrail(0.02, "block"))
 
 
 def diff(estimate: float, lower: float, upper: float, method: str = "delong-clustered") -> PairedDifference:
     return PairedDifference(estimate, lower, upper, 0.95, method, 900)
 
 
-def paired(auc=(0.01, 0.005, 0.015), ap=(0.01, -0.01, 0.03), psi=0.05) -> Comparison:
-    """Challenger - champion: AUC and AP as (estimate, lower, upper)."""
-    return Comparison(diff(*auc), diff(*ap, method="bootstrap-clustered"), psi, 5000, 200)
+def paired(auc=(0.01, 0.005, 0.015), ap=(0.01, -0.01, 0.03), psi=0.05, recall=(0.02, -0.03, 0.07),
+           precision=(0.01, -0.02, 0.04)) -> Comparison:
+    """Challenger - champion: AUC, AP and recall/precision at a 0.5% budget as (estimate, lower, upper)."""
+    boot = "bootstrap-clustered"
+    return Comparison(diff(*auc), diff(*ap, method=boot), psi, 5000, 200, 0.005, diff(*recall, method=boot),
+                      diff(*precision, method=boot))
 
 
 def test_better_challenger_is_promoted_with_the_intervals_in_the_reasons():
@@ -83,6 +89,8 @@ BROKEN = {
     "psi_limit": ({}, {"psi": 0.4}, "PSI vs champion 0.4000"),
     "min_holdout_frauds": ({"n_fraud": 20}, {}, INSUFFICIENT_EVIDENCE),
     "max_nan_share": ({"nan_share": 0.01}, {}, "NaN scores"),
+    "budget_recall_margin": ({"recall_at_budget": 0.34}, {"recall": (-0.06, -0.09, -0.03)},
+                             "recall at the review budget (top 0.50% of payments) 0.3400 is below champion 0.4000"),
 }
 
 
@@ -102,6 +110,52 @@ def test_guardrail_in_warn_mode_promotes_with_a_warning(rail):
     assert decision.promote
     assert len(decision.warnings) == 1 and words in decision.warnings[0]
     assert "warn mode" in decision.warnings[0]
+
+
+# Ranks better overall (AUC interval above 0) but finds fewer frauds in the share the team reviews.
+WINS_AUC_LOSES_BUDGET = paired(auc=(0.02, 0.012, 0.028), recall=(-0.08, -0.12, -0.04), precision=(-0.06, -0.09, -0.03))
+BUDGET_LOSER = {**GOOD, "auc_roc": 0.92, "recall_at_budget": 0.32, "precision_at_budget": 0.24}
+
+
+def test_winning_auc_but_losing_recall_at_the_budget_is_rejected_in_block_mode():
+    decision = should_promote(BUDGET_LOSER, CHAMPION, CONFIG, WINS_AUC_LOSES_BUDGET)
+    assert not decision.promote
+    assert decision.reasons == (
+        "recall at the review budget (top 0.50% of payments) 0.3200 is below champion 0.4000 by more than the "
+        "margin 0.02: difference -0.0800, 95% CI [-0.1200, -0.0400] lies entirely below -0.02",)
+
+
+def test_winning_auc_but_losing_recall_at_the_budget_is_promoted_with_a_warning_in_warn_mode():
+    config = replace(CONFIG, budget_recall_margin=Guardrail(0.02, "warn"))
+    decision = should_promote(BUDGET_LOSER, CHAMPION, config, WINS_AUC_LOSES_BUDGET)
+    assert decision.promote
+    assert any(r.startswith("AUC-ROC 0.9200 vs champion 0.9000") for r in decision.reasons)
+    [warning] = decision.warnings
+    assert warning.startswith("recall at the review budget (top 0.50% of payments) 0.3200 is below champion 0.4000")
+    assert warning.endswith("(guardrail in warn mode)")
+
+
+def test_recall_at_the_budget_inside_the_margin_passes_and_is_shown():
+    decision = should_promote(GOOD, CHAMPION, CONFIG, paired(recall=(-0.01, -0.05, 0.03)))
+    assert decision.promote and decision.warnings == ()
+    assert ("recall at the review budget (top 0.50% of payments) 0.4200 vs champion 0.4000: difference -0.0100, "
+            "95% CI [-0.0500, +0.0300], not shown worse by more than 0.02") in decision.reasons
+
+
+def test_an_undefined_budget_interval_is_insufficient_evidence():
+    nan = math.nan
+    decision = should_promote(GOOD, CHAMPION, CONFIG, paired(recall=(nan, nan, nan)))
+    assert not decision.promote
+    assert decision.reasons[0].startswith(f"{INSUFFICIENT_EVIDENCE}: no recall at the review budget")
+
+
+def test_the_budget_is_the_challengers_else_the_gates_fallback():
+    points = explicit_operating_points(0.2, 0.8, "test")
+    budgeted = replace(points, budget=DecisionBudget(review_rate=0.01, block_rate=0.001), block_rule="rate")
+    config = replace(CONFIG, review_rate=0.003)
+    assert comparison_budget(budgeted, config) == (0.01, "the challenger's operating points")
+    assert comparison_budget(None, config) == (0.003, "gate.review_rate (the challenger has no operating points)")
+    assert comparison_budget(points, config)[0] == 0.003
 
 
 def test_undefined_auc_is_insufficient_evidence_even_for_a_first_model():
@@ -139,10 +193,11 @@ def holdout():
     return labels, logits, cards
 
 
-def decide(labels, challenger, champion, cards):
-    comparison = compare_models(labels, challenger, champion, cards, CONFIG.intervals)
-    metrics = [{**classification_report(labels, s), "nan_share": 0.0} for s in (challenger, champion)]
-    return comparison, should_promote(metrics[0], metrics[1], CONFIG, comparison)
+def decide(labels, challenger, champion, cards, config=CONFIG, budget=0.005):
+    comparison = compare_models(labels, challenger, champion, cards, config.intervals, review_rate=budget)
+    metrics = [{**classification_report(labels, s), **budget_metrics(labels, s, budget), "nan_share": 0.0}
+               for s in (challenger, champion)]
+    return comparison, should_promote(metrics[0], metrics[1], config, comparison)
 
 
 def test_identical_models_have_an_interval_at_zero_and_promote(holdout):
@@ -174,3 +229,26 @@ def test_a_clearly_worse_challenger_is_blocked(holdout):
     assert comparison.auc_roc.upper < -CONFIG.auc_margin
     assert not decision.promote
     assert any(r.startswith("AUC-ROC") and "lies entirely below" in r for r in decision.reasons)
+
+
+@pytest.mark.parametrize("mode", ["block", "warn"])
+def test_a_better_ranker_that_floods_the_budget_with_false_alarms_is_caught_at_the_budget(holdout, mode):
+    """The champion ranks the riskiest 2% right and the rest noisily; the challenger ranks everything
+    better but puts 1% of legitimate payments on top, which fills the 2% the team can review."""
+    labels, logits, cards = holdout
+    rng = np.random.default_rng(5)
+    top = logits > np.quantile(logits, 0.98)
+    champion = np.where(top, logits, np.minimum(logits + rng.normal(0, 1.5, logits.size), np.quantile(logits, 0.98)))
+    challenger = logits + rng.normal(0, 0.3, logits.size)
+    challenger[(labels == 0) & (rng.random(logits.size) < 0.01)] = 3.0
+    config = replace(CONFIG, budget_recall_margin=Guardrail(0.02, mode))
+    comparison, decision = decide(labels, sigmoid(challenger), sigmoid(champion), cards, config, budget=0.02)
+    assert comparison.auc_roc.lower > 0 and comparison.recall_at_budget.upper < -0.02  # what the test is about
+    budget_lines = [line for line in (*decision.reasons, *decision.warnings)
+                    if line.startswith("recall at the review budget (top 2.00% of payments)")]
+    assert len(budget_lines) == 1 and "lies entirely below -0.02" in budget_lines[0]
+    if mode == "block":
+        assert not decision.promote and decision.reasons == tuple(budget_lines)
+    else:
+        assert decision.promote and decision.warnings == tuple(budget_lines)
+        assert budget_lines[0].endswith("(guardrail in warn mode)")

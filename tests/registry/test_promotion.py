@@ -5,9 +5,14 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+import pandas as pd
 import pytest
 
+from pipeline.datasets.manifest import LABEL_COLUMN
+from pipeline.datasets.reader import read_split
+from pipeline.decisions.operating_points import JSON_TAG, operating_points_from_tags, split_figures
 from pipeline.kafka.broker import free_port
+from pipeline.metrics import precision_at_rate, recall_at_rate
 from pipeline.registry.audit import read_history
 from pipeline.registry.config import Guardrail
 from pipeline.registry.errors import (
@@ -18,7 +23,14 @@ from pipeline.registry.errors import (
     TrackingUnavailable,
 )
 from pipeline.registry.promotion import GATE_TAG_PREFIX, run_gate
-from pipeline.registry.report import ALREADY_CHAMPION, EXIT_PROMOTED, EXIT_REJECTED, PROMOTED, REJECTED
+from pipeline.registry.report import (
+    ALREADY_CHAMPION,
+    EXIT_PROMOTED,
+    EXIT_REJECTED,
+    PROMOTED,
+    REJECTED,
+    format_gate_report,
+)
 from pipeline.registry.rollback import rollback
 from pipeline.registry.store import CHAMPION, PREVIOUS_CHAMPION, version_by_alias
 from pipeline.registry.tracking import register_run
@@ -86,6 +98,69 @@ def test_better_challenger_is_promoted_and_the_old_champion_stays_reachable(worl
     assert stored["comparison"]["auc_roc"]["upper"] == pytest.approx(auc.upper)
     run_id = client.get_model_version(config.model_name, str(new)).run_id
     assert [a.path for a in client.list_artifacts(run_id, "gate")][0].endswith(".json")
+
+
+def holdout_rows(world):
+    """The gate's holdout rows, the plain way (as factory.holdout_report): labels and the frame."""
+    frame = read_split(world.root, world.manifest, "test")
+    earlier = pd.concat([read_split(world.root, world.manifest, split) for split in ("train", "validation")])
+    frame = frame[~frame["card_id"].isin(earlier.loc[earlier[LABEL_COLUMN] == 1, "card_id"])]
+    return frame[LABEL_COLUMN].to_numpy(), frame
+
+
+def test_both_models_are_judged_at_the_challengers_budget_and_its_expectation_is_recorded(world, config, client):
+    old = with_champion(world, config, world.weak)
+    new = register(world, config, "budgeted", world.good)
+    report = run_gate(config)
+    tags = client.get_model_version(config.model_name, str(new)).tags
+    points = operating_points_from_tags(tags)
+    champion_points = operating_points_from_tags(client.get_model_version(config.model_name, str(old)).tags)
+    budget = points.review_budget
+    assert (report.review_budget, report.budget_source) == (budget, "the challenger's operating points")
+    labels, frame = holdout_rows(world)
+    chal, champ = factory.score(world.good, frame), factory.score(world.weak, frame)
+    assert float(tags["gate.review_budget"]) == budget == 0.005
+    assert float(tags["gate.recall_at_budget"]) == pytest.approx(recall_at_rate(labels, chal, budget), abs=1e-6)
+    assert float(tags["gate.precision_at_budget"]) == pytest.approx(precision_at_rate(labels, chal, budget), abs=1e-6)
+    assert float(tags["gate.champion_recall_at_budget"]) == pytest.approx(recall_at_rate(labels, champ, budget),
+                                                                          abs=1e-6)
+    diff = report.comparison.recall_at_budget  # paired, by card, on the same rows at the same budget
+    assert diff.estimate == pytest.approx(recall_at_rate(labels, chal, budget) - recall_at_rate(labels, champ, budget))
+    assert diff.method == "bootstrap-clustered" and diff.lower <= diff.estimate <= diff.upper
+    assert [float(tags[f"gate.diff_recall_at_budget{end}"]) for end in ("_lower", "", "_upper")] == pytest.approx(
+        [diff.lower, diff.estimate, diff.upper], abs=1e-6)
+    assert float(tags["gate.diff_precision_at_budget"]) == pytest.approx(report.comparison.precision_at_budget.estimate,
+                                                                         abs=1e-6)
+    # Each model's own thresholds on the holdout; the challenger's are the monitor's expectation.
+    own = split_figures(labels, chal, points.review_threshold, points.block_threshold)
+    assert report.challenger_thresholds.holdout == own and report.challenger_thresholds.points == points
+    assert report.champion_thresholds.points == champion_points
+    assert [float(tags[f"gate.expected_{k}"]) for k in ("recall", "precision", "review_rate")] == pytest.approx(
+        [own.recall, own.precision, own.review_rate], abs=1e-6)
+    assert any("recall at the review budget (top 0.50% of payments)" in r
+               for r in (*report.decision.reasons, *report.decision.warnings))
+    text = format_gate_report(report)
+    assert "review budget: top 0.50% of payments (the challenger's operating points)" in text
+    assert f"challenger v{new}: {points.describe()}" in text and f"champion v{old}: {champion_points.describe()}" in text
+    stored = json.loads(next(v for k, v in tags.items() if k.startswith(GATE_TAG_PREFIX)))
+    assert stored["review_budget"] == budget and stored["challenger_thresholds"]["holdout"]["recall"] == own.recall
+
+
+def test_a_challenger_without_operating_points_is_judged_at_the_gates_fallback_budget(world, config, client):
+    config = replace(config, gate=replace(config.gate, review_rate=0.05))
+    with_champion(world, config, world.weak)
+    new = register(world, config, "no-points", world.good)
+    client.delete_model_version_tag(config.model_name, str(new), JSON_TAG)  # as a version registered before them
+    report = run_gate(config)
+    assert report.review_budget == 0.05 and report.budget_source.startswith("gate.review_rate")
+    assert report.comparison.review_budget == 0.05 and report.challenger_thresholds is None
+    assert any(f"challenger v{new} has no operating points" in n for n in report.notes)
+    labels, frame = holdout_rows(world)
+    assert report.challenger_metrics["recall_at_budget"] == pytest.approx(
+        recall_at_rate(labels, factory.score(world.good, frame), 0.05))
+    tags = client.get_model_version(config.model_name, str(new)).tags
+    assert tags["gate.review_budget"] == "0.05" and "gate.expected_recall" not in tags
+    assert "challenger v" in format_gate_report(report) and "no operating points" in format_gate_report(report)
 
 
 def test_worse_challenger_is_rejected_and_champion_unchanged(world, config, client):
