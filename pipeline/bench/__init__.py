@@ -23,6 +23,8 @@ BENCHMARKS: dict[str, str] = {
     "scoring": "our scoring service (online features) vs mlflow models serve on the same champion, 8 concurrent: "
                "p50/p99/rps, p99 ratio, hot-swap errors",
     "baseline": "our model vs LightGBM on the same features and split: AUC, AP, card precision@100, train time",
+    "decisions": "review budget vs realised review rate, recall/precision at the budget vs LightGBM, review rate "
+                 "change at a champion swap (operating points vs absolute thresholds), days to detect a stuck feature",
 }
 
 RESULTS_DIR = PROJECT_ROOT / "bench" / "results"

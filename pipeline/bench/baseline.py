@@ -35,7 +35,7 @@ from pipeline.datasets.manifest import DatasetManifest
 from pipeline.datasets.reader import read_split
 from pipeline.paths import state_dir
 from pipeline.training.launch import Torchrun
-from pipeline.training.run_dir import RunDir
+from pipeline.training.run_dir import RunDir, RunSummary
 
 SEEDS = (1, 2, 3)
 FIGURES = ("auc_roc", "average_precision", "card_precision_at_100", "recall_at_1pct_fpr", "train_s")
@@ -52,18 +52,27 @@ def _features(frame: pd.DataFrame, manifest: DatasetManifest) -> pd.DataFrame:
     return x
 
 
-def lightgbm_scores(portfolio: BenchPortfolio, splits: dict[str, pd.DataFrame], seed: int,
-                    quick: bool) -> tuple[np.ndarray, float, dict[str, Any]]:
-    manifest = portfolio.data.holdout.manifest
+def fit_lightgbm(manifest: DatasetManifest, splits: dict[str, pd.DataFrame], seed: int, quick: bool) -> lgb.Booster:
+    """LightGBM on the train split, early-stopped on validation (the settings of LGB_PARAMS)."""
     train, valid, label = splits["train"], splits["validation"], manifest.label_column
-    started = time.time()
-    booster = lgb.train(
+    return lgb.train(
         {**LGB_PARAMS, "seed": seed}, lgb.Dataset(_features(train, manifest), train[label]),
         num_boost_round=200 if quick else 2000,
         valid_sets=[lgb.Dataset(_features(valid, manifest), valid[label])],
         callbacks=[lgb.early_stopping(50, verbose=False)])
+
+
+def lightgbm_predict(booster: lgb.Booster, manifest: DatasetManifest, frame: pd.DataFrame) -> np.ndarray:
+    return booster.predict(_features(frame, manifest), num_iteration=booster.best_iteration)
+
+
+def lightgbm_scores(portfolio: BenchPortfolio, splits: dict[str, pd.DataFrame], seed: int,
+                    quick: bool) -> tuple[np.ndarray, float, dict[str, Any]]:
+    manifest = portfolio.data.holdout.manifest
+    started = time.time()
+    booster = fit_lightgbm(manifest, splits, seed, quick)
     train_s = time.time() - started
-    scores = booster.predict(_features(portfolio.data.holdout.frame, manifest), num_iteration=booster.best_iteration)
+    scores = lightgbm_predict(booster, manifest, portfolio.data.holdout.frame)
     return scores, train_s, {"trees": booster.best_iteration}
 
 
@@ -100,8 +109,7 @@ def _lr_frame(frame: pd.DataFrame, manifest: DatasetManifest) -> pd.DataFrame:
     return x
 
 
-def ours_scores(portfolio: BenchPortfolio, workdir: Path, seed: int,
-                quick: bool) -> tuple[np.ndarray, float, dict[str, Any]]:
+def train_ours(portfolio: BenchPortfolio, workdir: Path, seed: int, quick: bool) -> tuple[RunDir, RunSummary]:
     """conf/dev's training (batch 512, early stopping on validation AP) with the production architecture."""
     overrides = {
         "model": BENCH_MODEL,
@@ -113,7 +121,12 @@ def ours_scores(portfolio: BenchPortfolio, workdir: Path, seed: int,
     name = f"{portfolio.name}-seed{seed}"
     config = pinned_train_config("dev", portfolio.data, workdir / f"{name}.toml", overrides)
     run = RunDir(workdir / name)
-    summary = train_run("dev", portfolio.data, run, Torchrun(nproc_per_node=2), config, workdir / f"{name}.log")
+    return run, train_run("dev", portfolio.data, run, Torchrun(nproc_per_node=2), config, workdir / f"{name}.log")
+
+
+def ours_scores(portfolio: BenchPortfolio, workdir: Path, seed: int,
+                quick: bool) -> tuple[np.ndarray, float, dict[str, Any]]:
+    run, summary = train_ours(portfolio, workdir, seed, quick)
     return score_frame(run, portfolio.data.holdout.frame), summary.wall_s, {"epochs": summary.epochs,
                                                                              "best_epoch": summary.best_epoch}
 

@@ -1,0 +1,179 @@
+"""``fraudctl bench decisions``: do the decisions hold the review budget, beat LightGBM at it,
+survive a champion swap and get caught when the live model degrades?
+
+For each benchmark portfolio (:mod:`pipeline.bench.dataset`, both presets), on the protocol's test
+week (the holdout every model is judged on):
+
+* our model is trained by the production job, which chooses its operating points on its
+  validation split at conf/dev's ``[decisions]`` budget (what ships with a version); LightGBM is
+  trained on the same train split and gets operating points from the same budget on the same
+  validation split (:func:`choose_operating_points`);
+* ``realised_review_rate``: the share of the test week's payments at or above our review threshold;
+* ``recall_at_budget`` / ``precision_at_budget``: each model flags its top ``review_rate`` share of
+  the test week (:func:`pipeline.metrics.recall_at_rate`), the gate's comparison;
+* ``swap_review_rate_change``: the same traffic, champion ours swapped for LightGBM (another score
+  distribution): the relative change of the flagged share with each version's own operating
+  points, and beside it with serving.toml's absolute thresholds;
+* ``detected_after_days``: the champion served with one feature stuck at its training median (the
+  feature whose loss hurts validation recall most: the worst broken pipeline), judged day by day
+  by the monitor's rule (:mod:`pipeline.monitoring.history`, conf/dev's monitoring.toml): the first
+  test day reported ``degraded``; the healthy champion's days beside it (false alarms).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from pipeline.atomic import write_json_atomic
+from pipeline.backtest import score_frame
+from pipeline.bench import RESULTS_DIR
+from pipeline.bench.baseline import fit_lightgbm, lightgbm_predict, train_ours
+from pipeline.bench.dataset import PRESETS, BenchPortfolio, bench_portfolio
+from pipeline.datasets.reader import read_split
+from pipeline.decisions.operating_points import (
+    DecisionBudget,
+    OperatingPoints,
+    choose_operating_points,
+    read_operating_points,
+    split_figures,
+)
+from pipeline.metrics import precision_at_rate, recall_at_rate
+from pipeline.monitoring.config import MonitoringConfig, load_monitoring_config
+from pipeline.monitoring.history import MonitoredDay, days_below_in_a_row, judge_day, version_state
+from pipeline.paths import state_dir
+from pipeline.serving.config import load_serving_config
+from pipeline.training.config import load_train_config
+from pipeline.training.run_dir import RunDir
+
+SEED = 1
+STUCK_CANDIDATE_ROWS = 40_000  # validation rows each candidate stuck feature is scored on
+
+
+def _relative_change(before: float, after: float) -> float | None:
+    return abs(after - before) / before if before > 0 else None
+
+
+def _at_budget(labels: np.ndarray, scores: np.ndarray, points: OperatingPoints, budget: DecisionBudget) -> dict[str, Any]:
+    own = split_figures(labels, scores, points.review_threshold, points.block_threshold)
+    return {"recall_at_budget": recall_at_rate(labels, scores, budget.review_rate),
+            "precision_at_budget": precision_at_rate(labels, scores, budget.review_rate),
+            "review_threshold": points.review_threshold, "block_threshold": points.block_threshold,
+            "block_rule": points.block_rule, "realised_review_rate": own.review_rate,
+            "realised_block_rate": own.block_rate, "recall_at_own_thresholds": own.recall,
+            "precision_at_own_thresholds": own.precision, "validation": vars(points.validation)}
+
+
+def _stuck_feature(run: RunDir, validation: pd.DataFrame, train: pd.DataFrame, features: tuple[str, ...],
+                   points: OperatingPoints) -> tuple[str, float]:
+    """The numeric feature whose value stuck at its training median lowers validation recall most."""
+    sample = validation.sample(min(len(validation), STUCK_CANDIDATE_ROWS), random_state=SEED)
+    labels = sample["label"].to_numpy()
+    recalls = {}
+    for name in features:
+        stuck = sample.assign(**{name: float(train[name].median())})
+        recalls[name] = split_figures(labels, score_frame(run, stuck), points.review_threshold,
+                                      points.block_threshold).recall
+    worst = min(recalls, key=recalls.get)
+    return worst, float(train[worst].median())
+
+
+def _monitored_days(frame: pd.DataFrame, scores: np.ndarray, points: OperatingPoints, expected: float,
+                    config: MonitoringConfig) -> list[dict[str, Any]]:
+    """The monitor's judgement of each test day, in order (its per-version history as it accumulates)."""
+    days = pd.to_datetime(frame["event_time"], utc=True).dt.date.to_numpy()
+    labels = frame["label"].to_numpy()
+    history: list[MonitoredDay] = []
+    out = []
+    for day in sorted(set(days)):
+        rows = days == day
+        figures = split_figures(labels[rows], scores[rows], points.review_threshold, points.block_threshold)
+        recall = None if np.isnan(figures.recall) else figures.recall
+        entry = judge_day(day, figures.frauds, recall, expected, config)
+        history.append(entry)
+        state = version_state(entry, days_below_in_a_row(history, day), config)
+        out.append({"date": day.isoformat(), "frauds": figures.frauds, "recall": recall,
+                    "review_rate": figures.review_rate, "state": state})
+    return out
+
+
+def _first_degraded(days: list[dict[str, Any]]) -> int | None:
+    return next((i + 1 for i, d in enumerate(days) if d["state"] == "degraded"), None)
+
+
+def run_portfolio(portfolio: BenchPortfolio, quick: bool, workdir: Path, budget: DecisionBudget,
+                  monitoring: MonitoringConfig, absolute: tuple[float, float]) -> dict[str, Any]:
+    holdout = portfolio.data.holdout
+    manifest = holdout.manifest
+    splits = {name: read_split(portfolio.data.root, manifest, name) for name in ("train", "validation")}
+    labels = holdout.labels
+    run, _ = train_ours(portfolio, workdir, SEED, quick)
+    ours_points = read_operating_points(run.model)
+    ours = score_frame(run, holdout.frame)
+    booster = fit_lightgbm(manifest, splits, SEED, quick)
+    gbm_points = choose_operating_points(splits["validation"][manifest.label_column].to_numpy(),
+                                         lightgbm_predict(booster, manifest, splits["validation"]), budget)
+    gbm = lightgbm_predict(booster, manifest, holdout.frame)
+    models = {"ours": _at_budget(labels, ours, ours_points, budget),
+              "lightgbm": _at_budget(labels, gbm, gbm_points, budget)}
+    flagged_abs = {name: float(np.mean(s >= absolute[0])) for name, s in (("ours", ours), ("lightgbm", gbm))}
+
+    expected = ours_points.validation.recall
+    stuck_name, stuck_value = _stuck_feature(run, splits["validation"], splits["train"],
+                                             tuple(manifest.numeric_features), ours_points)
+    stuck_scores = score_frame(run, holdout.frame.assign(**{stuck_name: stuck_value}))
+    frame = holdout.frame.assign(label=labels)
+    healthy_days = _monitored_days(frame, ours, ours_points, expected, monitoring)
+    degraded_days = _monitored_days(frame, stuck_scores, ours_points, expected, monitoring)
+    first_matured = next((i + 1 for i, d in enumerate(degraded_days) if d["state"] != "insufficient_evidence"), None)
+    return {
+        "name": portfolio.name, "source": portfolio.source, "rows": int(len(holdout.frame)),
+        "frauds": int(labels.sum()), "test_week": [holdout.window.start, holdout.window.end],
+        "review_budget": budget.review_rate,
+        "realised_review_rate": models["ours"]["realised_review_rate"],
+        "realised_review_rate_vs_budget": models["ours"]["realised_review_rate"] / budget.review_rate,
+        "recall_at_budget": {k: v["recall_at_budget"] for k, v in models.items()},
+        "precision_at_budget": {k: v["precision_at_budget"] for k, v in models.items()},
+        "models": models,
+        "swap_review_rate_change": _relative_change(models["ours"]["realised_review_rate"],
+                                                    models["lightgbm"]["realised_review_rate"]),
+        "swap_review_rate_change_absolute_thresholds": _relative_change(flagged_abs["ours"], flagged_abs["lightgbm"]),
+        "absolute_thresholds": {"review_threshold": absolute[0], "block_threshold": absolute[1],
+                                "flagged_share": flagged_abs},
+        "degradation": {"kind": f"feature {stuck_name} stuck at its training median {stuck_value:.6g} in serving",
+                        "expected_recall": expected, "recall_margin": monitoring.recall_margin,
+                        "degraded_after_days": monitoring.degraded_after_days, "min_frauds": monitoring.min_frauds,
+                        "days": degraded_days, "healthy_days": healthy_days},
+        "detected_after_days": _first_degraded(degraded_days),
+        "first_matured_day": first_matured,
+        "false_alarm_days": sum(d["state"] == "degraded" for d in healthy_days),
+    }
+
+
+def run(quick: bool) -> dict[str, Any]:
+    budget = load_train_config("dev").decisions
+    monitoring = load_monitoring_config("dev")
+    decision = load_serving_config("dev").decision
+    datasets = []
+    with tempfile.TemporaryDirectory(dir=state_dir()) as tmp:
+        for preset in PRESETS:
+            datasets.append(run_portfolio(bench_portfolio(quick, preset), quick, Path(tmp), budget, monitoring,
+                                          (decision.review_threshold, decision.block_threshold)))
+            write_json_atomic(RESULTS_DIR / "decisions.partial.json", {"datasets": datasets}, durable=False)
+    goals = {d["name"]: {
+        "realised_review_rate_within_20pct": abs(d["realised_review_rate_vs_budget"] - 1) <= 0.2,
+        "recall_at_budget_at_least_lightgbm": d["recall_at_budget"]["ours"] >= d["recall_at_budget"]["lightgbm"],
+        "precision_at_budget_at_least_lightgbm": d["precision_at_budget"]["ours"] >= d["precision_at_budget"]["lightgbm"],
+        "swap_review_rate_change_at_most_0.2": (d["swap_review_rate_change"] is not None
+                                                and d["swap_review_rate_change"] <= 0.2),
+        "detected_on_the_first_matured_day": (d["detected_after_days"] is not None
+                                              and d["detected_after_days"] == d["first_matured_day"]),
+    } for d in datasets}
+    return {"goal": "per portfolio: realised review rate within +-20% of the budget; recall and precision at the "
+                    "budget >= LightGBM's; review rate change at a swap <= 0.2; a stuck feature reported degraded "
+                    "on the first monitored day with matured labels",
+            "seed": SEED, "budget": vars(budget), "datasets": datasets, "goal_met": goals}
