@@ -160,6 +160,7 @@ def rollback(ctx: click.Context, to_version: int | None, from_checkpoint: str | 
 @_expected_errors
 def history(ctx: click.Context, as_json: bool, limit: int | None) -> None:
     """Current aliases and the audit history: promotions, rejections and rollbacks."""
+    from pipeline.decisions.operating_points import operating_points_from_tags
     from pipeline.registry.audit import read_history
     from pipeline.registry.report import format_history
     from pipeline.registry.store import CHALLENGER, CHAMPION, PREVIOUS_CHAMPION, version_by_alias
@@ -173,11 +174,13 @@ def history(ctx: click.Context, as_json: bool, limit: int | None) -> None:
         for r in records:
             click.echo(json.dumps(asdict(r), sort_keys=True))
         return
-    aliases = {}
+    aliases, points = {}, {}
     for alias in (CHAMPION, PREVIOUS_CHAMPION, CHALLENGER):
         version = version_by_alias(client, config.model_name, alias)
         aliases[alias] = int(version.version) if version else None
-    click.echo(format_history(config.model_name, aliases, records))
+        if version is not None:
+            points[int(version.version)] = operating_points_from_tags(version.tags)
+    click.echo(format_history(config.model_name, aliases, records, points))
 
 
 @click.command()

@@ -169,11 +169,16 @@ def _comparison_lines(comparison: Comparison) -> list[str]:
     return lines
 
 
-def format_history(model_name: str, aliases: dict[str, int | None], records: list[AuditRecord]) -> str:
-    """Current aliases, then one line per audit record (oldest first)."""
+def format_history(model_name: str, aliases: dict[str, int | None], records: list[AuditRecord],
+                   operating_points: dict[int, OperatingPoints | None] | None = None) -> str:
+    """Current aliases, each aliased version's operating points (``operating_points``: by version),
+    then one line per audit record (oldest first)."""
     current = "  ".join(f"{alias}=v{v}" if v else f"{alias}=-" for alias, v in aliases.items())
-    lines = [f"{model_name}: {current}",
-             f"{'time':<26}{'actor':<14}{'action':<26}{'from':>6}{'to':>6}  reason"]
+    lines = [f"{model_name}: {current}"]
+    for version in dict.fromkeys(v for v in aliases.values() if v and operating_points is not None):
+        points = operating_points.get(version)
+        lines.append(f"  v{version}: {points.describe() if points else 'no operating points (decided with serving.toml thresholds)'}")
+    lines.append(f"{'time':<26}{'actor':<14}{'action':<26}{'from':>6}{'to':>6}  reason")
     for r in records:
         lines.append(f"{r.time:<26}{r.actor[:13]:<14}{r.action:<26}{r.from_version or '-':>6}"
                      f"{r.to_version or '-':>6}  {r.reason}")

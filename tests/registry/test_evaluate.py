@@ -69,7 +69,10 @@ def test_cli_register_promote_history_evaluate(world, tmp_path):
     assert code == 3 and json.loads(out)["outcome"] == "rejected"
     code, out = invoke(world, ["history"])
     assert code == 0 and "champion=v1" in out and "challenger=v2" in out
-    assert [line.split()[2] for line in out.splitlines()[2:]] == ["promote", "reject"]
+    lines = out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("time"))
+    assert [line.split()[2] for line in lines[header + 1:]] == ["promote", "reject"]
+    assert lines[1].startswith("  v1: review >= ") and lines[2].startswith("  v2: review >= ")  # their thresholds
     code, out = invoke(world, ["evaluate", "--model-uri", "models:/fraud-detector@champion",
                                "--start", "2024-03-07", "--end", "2024-03-08",
                                "--scores-out", str(tmp_path / "s.parquet")])

@@ -6,7 +6,14 @@ import json
 import math
 from dataclasses import replace
 
-from pipeline.decisions.operating_points import DecisionBudget, OperatingPoints, SplitFigures
+import numpy as np
+
+from pipeline.decisions.operating_points import (
+    DecisionBudget,
+    OperatingPoints,
+    SplitFigures,
+    choose_operating_points,
+)
 from pipeline.metrics import PairedDifference
 from pipeline.registry.audit import AuditRecord
 from pipeline.registry.comparison import Comparison
@@ -136,3 +143,12 @@ def test_printed_history_lists_aliases_and_records():
     assert lines[0] == "fraud-detector: champion=v1  previous-champion=-"
     assert lines[2].split()[:5] == ["2024-03-09T02:00:00+00:00", "airflow", "promote", "-", "1"]
     assert lines[3].split()[-1] == "drill"
+
+
+def test_printed_history_shows_the_operating_points_of_each_aliased_version():
+    points = choose_operating_points(np.r_[np.zeros(990), np.ones(10)], np.linspace(0, 1, 1000), DecisionBudget())
+    lines = format_history("fraud-detector", {"champion": 2, "previous-champion": 1, "challenger": 2}, [],
+                           {2: points, 1: None}).splitlines()
+    assert lines[1] == f"  v2: {points.describe()}" and "review >= 0.996 (budget: top 0.50% of payments)" in lines[1]
+    assert lines[2] == "  v1: no operating points (decided with serving.toml thresholds)"
+    assert lines[3].split()[:2] == ["time", "actor"]
