@@ -233,6 +233,9 @@ def with_note(points: OperatingPoints, note: str) -> OperatingPoints:
 
 # -- where a version keeps them -------------------------------------------------------------------
 JSON_TAG = f"{TAG_PREFIX}json"  # the whole record on the MLflow version (the flat tags are for people)
+# Written by the gate on the challenger: recall on its holdout at its own thresholds, the expectation
+# the live-model monitor judges the version's realised recall against.
+EXPECTED_RECALL_TAG = "gate.expected_recall"
 
 
 def write_operating_points(model_dir: Path, points: OperatingPoints) -> Path:

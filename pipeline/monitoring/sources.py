@@ -25,7 +25,11 @@ from mlflow.exceptions import MlflowException
 from pipeline.contract import Kind
 from pipeline.datasets.manifest import DatasetManifest, ManifestError, load_manifest
 from pipeline.datasets.reader import read_shards
-from pipeline.decisions.operating_points import OperatingPoints, operating_points_from_tags
+from pipeline.decisions.operating_points import (
+    EXPECTED_RECALL_TAG,
+    OperatingPoints,
+    operating_points_from_tags,
+)
 from pipeline.ingest.raw_store import RawStore
 from pipeline.kafka.admin import KafkaUnavailable
 from pipeline.kafka.reader import ConsumedRecord, read_topic
@@ -34,8 +38,6 @@ from pipeline.monitoring.figures import VersionReference
 from pipeline.monitoring.join import Report
 from pipeline.serving.seed import LABEL_COLUMNS, read_raw
 
-# Written on each promoted version by the gate: recall on its holdout at the version's own thresholds.
-EXPECTED_RECALL_TAG = "gate.expected_recall"
 # Logged at registration (pipeline.registry.tracking, under RUN_ARTIFACTS): spelled out here because
 # importing tracking loads torch, which the monitor never needs (tests/monitoring holds them equal).
 VALIDATION_SCORES = "run/validation_scores.parquet"

@@ -30,7 +30,12 @@ import numpy as np
 from mlflow import MlflowClient
 from mlflow.entities.model_registry import ModelVersion
 
-from pipeline.decisions.operating_points import OperatingPoints, operating_points_from_tags, split_figures
+from pipeline.decisions.operating_points import (
+    EXPECTED_RECALL_TAG,
+    OperatingPoints,
+    operating_points_from_tags,
+    split_figures,
+)
 from pipeline.metrics import PairedDifference
 from pipeline.registry import audit
 from pipeline.registry.aliases import advance_champion
@@ -214,7 +219,7 @@ def _budget_tags(report: GateReport) -> dict[str, str]:
                                                     "gate.review_budget_source": report.budget_source}
     own = report.challenger_thresholds
     if own is not None:
-        tags |= {"gate.expected_recall": f"{own.holdout.recall:.6f}",
+        tags |= {EXPECTED_RECALL_TAG: f"{own.holdout.recall:.6f}",
                  "gate.expected_precision": f"{own.holdout.precision:.6f}",
                  "gate.expected_review_rate": f"{own.holdout.review_rate:.6f}"}
     return tags
