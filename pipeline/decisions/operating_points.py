@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -224,11 +224,6 @@ def choose_operating_points(labels, scores, budget: DecisionBudget, chosen_on: s
                      "raised to it (every flagged payment is blocked)")
         block = review
     return OperatingPoints(review, block, rule, budget, split_figures(y, s, review, block), tuple(notes), chosen_on)
-
-
-def with_note(points: OperatingPoints, note: str) -> OperatingPoints:
-    return replace(points, notes=(*points.notes, note))
-
 
 
 # -- where a version keeps them -------------------------------------------------------------------

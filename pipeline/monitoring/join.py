@@ -30,15 +30,15 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
+from datetime import date
 from typing import Protocol
 
 import numpy as np
 
 from pipeline.contract import parse_rfc3339
+from pipeline.serving.features import micros
 from pipeline.serving.score_event import ScoreEvent
 
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MAX_EXAMPLES = 5  # per reason, in the report
 
 
@@ -48,11 +48,6 @@ class TopicRecord(Protocol):
     partition: int
     offset: int
     value: bytes | None
-
-
-def epoch_micros(rfc3339: str) -> int:
-    """Epoch microseconds of an RFC 3339 timestamp, exactly; ValueError when it is not one."""
-    return (parse_rfc3339(rfc3339) - EPOCH) // timedelta(microseconds=1)
 
 
 def event_date(rfc3339: str) -> date:
@@ -120,8 +115,8 @@ def parse_score_event(value: bytes | None) -> ScoreEvent:
             raise ValueError(f"{name} is not a probability: {threshold!r}")
     if not isinstance(event.features, dict):
         raise ValueError("features is not an object")
-    epoch_micros(event.event_time)  # ValueError when not RFC 3339
-    epoch_micros(event.scored_at)
+    micros(event.event_time)  # ValueError when not RFC 3339
+    micros(event.scored_at)
     return event
 
 
@@ -151,7 +146,7 @@ def first_decisions(records: Iterable[TopicRecord], day: date) -> DayDecisions:
         except ValueError as exc:
             note("unparseable", f"{where}: {exc}"[:300])
             continue
-        scored_at = epoch_micros(event.scored_at)
+        scored_at = micros(event.scored_at)
         previous = latest_in_partition.get(record.partition)
         latest_in_partition[record.partition] = scored_at if previous is None else max(previous, scored_at)
         if event_date(event.event_time) != day:

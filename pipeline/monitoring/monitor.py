@@ -45,7 +45,7 @@ from pipeline.monitoring.history import (
     monitor_lock,
     version_state,
 )
-from pipeline.monitoring.join import EPOCH, DayDecisions, first_decisions, label_payments, payment_accounting
+from pipeline.monitoring.join import DayDecisions, first_decisions, label_payments, payment_accounting
 from pipeline.monitoring.report import (
     PLOT_FILE,
     REPORT_FILE,
@@ -56,6 +56,7 @@ from pipeline.monitoring.report import (
 )
 from pipeline.paths import state_dir
 from pipeline.registry.config import RegistryConfig
+from pipeline.serving.features import EPOCH, US
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -130,7 +131,7 @@ def run_monitor(day: date, config: MonitoringConfig, where: MonitorSources) -> M
         records = sources.read_scores(where.kafka, where.scores_topic)
         decisions = first_decisions(records or [], day)
         reports = sources.read_reports(where.raw_root, day, day + timedelta(days=where.label_maturity_days))
-        labels, report_accounting = label_payments(decisions, reports, (cutoff - EPOCH) // timedelta(microseconds=1))
+        labels, report_accounting = label_payments(decisions, reports, (cutoff - EPOCH) // US)
         payments = payment_accounting(decisions, sources.payment_ids(where.raw_root, day))
         client = _connect(where.registry) if decisions.payments else None  # nothing decided: registry untouched
         judged = _judge_versions(client, day, decisions, labels, config, where.registry.model_name,

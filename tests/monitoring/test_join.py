@@ -10,16 +10,16 @@ import pytest
 
 from pipeline.monitoring.join import (
     Report,
-    epoch_micros,
     first_decisions,
     label_payments,
     parse_score_event,
     payment_accounting,
 )
+from pipeline.serving.features import micros
 from tests.monitoring.events import records, rfc3339, score_event
 
 DAY = date(2026, 3, 1)
-CUTOFF_US = epoch_micros(rfc3339(DAY + timedelta(days=8), 0))  # end of DAY + 7
+CUTOFF_US = micros(rfc3339(DAY + timedelta(days=8), 0))  # end of DAY + 7
 
 
 def topic():
@@ -68,7 +68,7 @@ def test_a_day_without_events_uses_nothing_and_counts_the_rest():
 
 def test_the_latest_report_before_the_cutoff_decides_and_every_report_is_counted():
     decisions = first_decisions(topic(), DAY)
-    at = epoch_micros(rfc3339(DAY + timedelta(days=2), 0))
+    at = micros(rfc3339(DAY + timedelta(days=2), 0))
     reports = [
         Report("tx-a", True, at),  # fraud
         Report("tx-b", True, at), Report("tx-b", False, at + 10),  # reported, then cleared: genuine
