@@ -87,10 +87,11 @@ def merge_summaries(chunks) -> tuple[dict[int, int], dict[str | None, int], dict
 
 def account(plan: OffsetPlan, kind: str, read_by_partition: dict[int, int], outcomes: dict[str | None, int],
             moves: CopyMoves = CopyMoves(), orphan_labels: int = 0) -> TopicAccounting:
-    """Checked accounting of one topic. ``outcomes`` are the read tasks' verdicts (None: valid);
+    """Checked accounting of one topic. ``outcomes`` are the read tasks' verdicts (None: valid;
+    identical copies of stored events count as ``duplicates``, not as a quarantine reason);
     ``moves`` (:func:`pipeline.ingest.run_copies.settle_copies`) turn valid and late records into
-    copies: identical ones leave for ``duplicates``, conflicting ones for that quarantine reason;
-    ``orphan_labels`` are counted among what stays valid."""
+    copies of each other: identical ones leave for ``duplicates``, conflicting ones for that
+    quarantine reason; ``orphan_labels`` are counted among what stays valid."""
     unknown = set(outcomes) - {None} - {r.value for r in RejectReason}
     if unknown:
         raise AccountingError(f"{plan.topic}: unknown outcome(s) {sorted(unknown)}; {REPORT_IT}")
@@ -99,6 +100,7 @@ def account(plan: OffsetPlan, kind: str, read_by_partition: dict[int, int], outc
         raise AccountingError(f"{plan.topic}: {read} records read but {sum(outcomes.values())} outcomes counted; "
                               f"{REPORT_IT}")
     late, conflicting = RejectReason.LATE_EVENT.value, RejectReason.CONFLICTING_DUPLICATE.value
+    duplicate = RejectReason.DUPLICATE.value
     accepted = outcomes.get(None, 0)
     valid = accepted - moves.valid_to_duplicate - moves.valid_to_conflicting
     if valid < 0 or outcomes.get(late, 0) < moves.late_to_duplicate + moves.late_to_conflicting:
@@ -107,7 +109,7 @@ def account(plan: OffsetPlan, kind: str, read_by_partition: dict[int, int], outc
     if orphan_labels and (kind != Kind.LABEL.value or orphan_labels > valid):
         raise AccountingError(f"{plan.topic}: {orphan_labels} orphan labels among {valid} "
                               f"valid {kind}s: only kept labels can be orphans; {REPORT_IT}")
-    quarantined = {r: n for r, n in outcomes.items() if r is not None}
+    quarantined = {r: n for r, n in outcomes.items() if r not in (None, duplicate)}
     quarantined[late] = quarantined.get(late, 0) - moves.late_to_duplicate - moves.late_to_conflicting
     quarantined[conflicting] = quarantined.get(conflicting, 0) + moves.conflicting
     quarantined = {r: n for r, n in sorted(quarantined.items()) if n}
@@ -117,7 +119,8 @@ def account(plan: OffsetPlan, kind: str, read_by_partition: dict[int, int], outc
         raise AccountingError(f"{plan.topic}: read more records than the planned offsets hold in partitions "
                               f"{sorted(over)}: some offsets were read twice; {REPORT_IT}")
     return TopicAccounting(
-        topic=plan.topic, kind=kind, read=read, valid=valid, duplicates=moves.duplicates, quarantined=quarantined,
+        topic=plan.topic, kind=kind, read=read, valid=valid, duplicates=outcomes.get(duplicate, 0) + moves.duplicates,
+        quarantined=quarantined,
         offset_span=plan.records, ranges={str(r.partition): [r.start, r.end] for r in plan.ranges},
         lost={str(p): n for p, n in plan.lost.items()}, orphan_labels=orphan_labels,
     )

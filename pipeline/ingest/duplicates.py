@@ -17,8 +17,14 @@ later copies are still duplicates of it. The partition watermark that decides la
 every record the contract and the future screen accepted, duplicates included (their times are
 times the partition has seen), so lateness never depends on this classification.
 
-:func:`classify_copies` is pure (numpy and Arrow over the run's identity columns and hashes); the
-history check behind it is one look-up in the identity index, O(this run's records).
+Two places apply this, so that a night of resends rewrites nothing:
+
+* the read tasks (:func:`mark_store_copies`, batch by batch) look their records up in the
+  identity index: a copy of a stored event is quarantined (or only counted) from the start and
+  never lands as valid or late. The look-up is O(the batch x log history);
+* the driver (:func:`classify_copies`, pure numpy and Arrow over the run's identity columns and
+  hashes) finds the copies *within* the run, which no single read task can see, among what the
+  tasks kept (valid or late).
 """
 
 from __future__ import annotations
@@ -29,9 +35,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.contract import Kind
-from pipeline.ingest.id_index import Matches
-from pipeline.ingest.identity import IDENTITY_BY_KIND
+from pipeline.contract import Kind, RejectReason
+from pipeline.ingest.id_index import IdIndex, Matches
+from pipeline.ingest.identity import IDENTITY_BY_KIND, content_hashes, identity_hashes
+from pipeline.ingest.raw_store import DATE_COLUMN_BY_KIND, RUN_ID, TABLE_BY_KIND
+from pipeline.ingest.validate import DETAIL, FIELD, REASON
 
 ARRIVAL = "kafka_timestamp"
 KEEP, DUPLICATE, CONFLICTING = 0, 1, 2  # outcome codes: keep the landing verdict (valid or late), or a copy
@@ -78,3 +86,57 @@ def classify_copies(rows: pa.Table, kind: Kind, ids: np.ndarray, contents: np.nd
     outcome[copies] = np.where(contents[copies] == contents[firsts], DUPLICATE, CONFLICTING)
     first_row[copies] = firsts
     return Copies(outcome, in_store, first_row)
+
+
+LATE = RejectReason.LATE_EVENT.value
+COPY_REASONS = (RejectReason.DUPLICATE.value, RejectReason.CONFLICTING_DUPLICATE.value)
+
+
+def _what(identical: np.ndarray) -> pa.Array:
+    return pa.array(np.where(identical, "an identical copy", "a different version"))
+
+
+def stored_copy_details(kind: Kind, identical: np.ndarray, days: np.ndarray, run_ids: np.ndarray) -> pa.Array:
+    """The quarantine detail of copies whose first copy is stored: where it is (column-wise: a
+    night of resends has as many details as resends)."""
+    day = pc.cast(pa.array(days.astype(np.int32)).cast(pa.date32()), pa.string())
+    return pc.binary_join_element_wise(
+        _what(identical), f" of this event is in the raw store: {TABLE_BY_KIND[kind]}/{DATE_COLUMN_BY_KIND[kind]}=",
+        day, f"/{RUN_ID}=", pa.array(run_ids, pa.string()), "")
+
+
+def run_copy_details(identical: np.ndarray, partition: np.ndarray, offset: np.ndarray,
+                     first_kept: np.ndarray) -> pa.Array:
+    """The quarantine detail of copies whose first copy came earlier in this run: its position."""
+    as_text = lambda values: pc.cast(pa.array(values), pa.string())  # noqa: E731
+    state = pa.array(np.where(first_kept, "kept", f"quarantined as {LATE}"))
+    return pc.binary_join_element_wise(
+        _what(identical), " of this event came first in this run at partition ", as_text(partition), " offset ",
+        as_text(offset), " (", state, ")", "")
+
+
+def mark_store_copies(table: pa.Table, kind: Kind, index: IdIndex, runs: list[str]) -> pa.Table:
+    """Re-mark the records of one classified batch (:func:`pipeline.ingest.classify.classify_batch`)
+    whose identity the store already holds: accepted or late, each becomes ``DUPLICATE`` or
+    ``CONFLICTING_DUPLICATE`` against the stored content, with the stored copy's place as detail.
+    ``runs``: the commit log's run ids (an index entry names its run by position)."""
+    reasons = table[REASON]
+    open_rows = np.flatnonzero(pc.fill_null(pc.equal(reasons, LATE), True).to_numpy(zero_copy_only=False))
+    if not len(open_rows) or not index.segments:
+        return table
+    candidates = table.take(pa.array(open_rows))
+    stored = index.lookup(identity_hashes(candidates, kind))
+    if not stored.found.any():
+        return table
+    hit = np.flatnonzero(stored.found)
+    identical = content_hashes(candidates.take(pa.array(hit)), kind) == stored.contents[hit]
+    mask = np.zeros(table.num_rows, bool)
+    mask[open_rows[hit]] = True  # ascending, like ``hit``: the replacements below go in this order
+    run_ids = np.asarray(runs, object)[stored.runs[hit]]
+    replacements = {REASON: pa.array(np.where(identical, *COPY_REASONS)),
+                    FIELD: pa.array(np.full(len(hit), IDENTITY_BY_KIND[kind][0], object), pa.string()),
+                    DETAIL: stored_copy_details(kind, identical, stored.days[hit], run_ids)}
+    for name, values in replacements.items():
+        column = pc.replace_with_mask(table[name].combine_chunks(), pa.array(mask), values.cast(table[name].type))
+        table = table.set_column(table.schema.get_field_index(name), name, column)
+    return table

@@ -73,6 +73,11 @@ class Matches:
     days: np.ndarray
     runs: np.ndarray
 
+    @staticmethod
+    def none(n: int) -> Matches:
+        """``n`` hashes, none of them stored."""
+        return Matches(np.zeros(n, bool), np.zeros(n, np.uint64), np.zeros(n, np.int32), np.zeros(n, np.int32))
+
 
 def segment_name(first_run: int, last_run: int) -> str:
     return f"{first_run:06d}-{last_run:06d}"

@@ -1,7 +1,8 @@
 """Land classified records in the raw store from inside the Kafka read tasks.
 
 Each read task (one offset range of one partition) validates and screens its Arrow batches
-(:func:`pipeline.ingest.classify.classify_batch`) and writes them with pyarrow straight into this
+(:func:`pipeline.ingest.classify.classify_batch`), marks the copies of events the store already
+holds (:func:`pipeline.ingest.duplicates.mark_store_copies`) and writes them with pyarrow straight into this
 run's directories: accepted records to ``<table>/<date column>=D/run_id=R/``, refused ones to
 ``quarantine/run_id=R/``. It hands the JVM one summary row (counts per outcome, the partition's
 watermark, files written), not the records: Spark schedules and retries the tasks, while the
@@ -27,6 +28,8 @@ import pyarrow.parquet as pq
 
 from pipeline.contract import TIME_FIELD_BY_KIND, Kind, RejectReason
 from pipeline.ingest.classify import classify_batch
+from pipeline.ingest.duplicates import COPY_REASONS, mark_store_copies
+from pipeline.ingest.id_index import IdIndex
 from pipeline.ingest.identity import content_hashes, identity_hashes
 from pipeline.ingest.kafka_source import BatchTransform
 from pipeline.ingest.raw_store import (
@@ -41,7 +44,8 @@ from pipeline.ingest.raw_store import (
 from pipeline.ingest.timing import ReadState, TimingRules
 from pipeline.ingest.validate import REASON
 
-TIMING_REASONS = [RejectReason.LATE_EVENT.value, RejectReason.FUTURE_EVENT_TIME.value]
+# Records refused for their timing, or as copies, are events: the quarantine keeps their hashes.
+EVENT_REASONS = [RejectReason.LATE_EVENT.value, RejectReason.FUTURE_EVENT_TIME.value, *COPY_REASONS]
 
 SUMMARY_DDL = "topic string, partition int, first_offset long, last_offset long, read long, outcomes string, " \
               "watermark long, files string"
@@ -111,7 +115,7 @@ def _quarantine_rows(table: pa.Table, kind: Kind) -> pa.Table:
     schema = quarantine_arrow_schema()
     # Records refused only for their timing are events: their identity is kept, so that a later
     # copy (or this one, when an earlier copy exists) is found as a duplicate (pipeline.ingest.duplicates).
-    typed = pc.is_in(refused[REASON], pa.array(TIMING_REASONS)).to_numpy(zero_copy_only=False)
+    typed = pc.is_in(refused[REASON], pa.array(EVENT_REASONS)).to_numpy(zero_copy_only=False)
     hashes = {name: pa.array(np.where(typed, fn(refused, kind).view(np.int64), 0), pa.int64(), mask=~typed)
               for name, fn in (("id_hash", identity_hashes), ("content_hash", content_hashes))}
     columns = {"kind": pa.repeat(kind.value, refused.num_rows), "kafka_timestamp": refused["timestamp"], **hashes}
@@ -142,14 +146,17 @@ class _Tally:
         return f"part-{self.topic}-{self.partition:05d}-{self.first:012d}"
 
 
-def _write(table: pa.Table, kind: Kind, run_id: str, stem: str, files: _Files) -> None:
-    """Accepted rows to their date partitions, refused rows to the quarantine."""
+def _write(table: pa.Table, kind: Kind, run_id: str, stem: str, files: _Files, quarantine_identical: bool) -> None:
+    """Accepted rows to their date partitions, refused rows to the quarantine (identical copies
+    only when ``quarantine_identical``: otherwise they are only counted)."""
     raw = _raw_rows(table, kind)
     days = pc.cast(raw[TIME_FIELD_BY_KIND[kind]], pa.date32())
     for day in pc.unique(days).to_pylist():
         rows = raw.filter(pc.equal(days, pa.scalar(day, pa.date32())))
         files.add(f"{TABLE_BY_KIND[kind]}/{DATE_COLUMN_BY_KIND[kind]}={day.isoformat()}/{RUN_ID}={run_id}/{stem}.parquet",
                   rows)
+    if not quarantine_identical:
+        table = table.filter(pc.fill_null(pc.not_equal(table[REASON], RejectReason.DUPLICATE.value), True))
     files.add(f"{QUARANTINE}/{RUN_ID}={run_id}/{kind.value}-{stem}.parquet", _quarantine_rows(table, kind))
 
 
@@ -157,13 +164,14 @@ def land_stream(batches: Iterator[pa.RecordBatch], args: dict) -> Iterator[pa.Re
     """The :class:`BatchTransform` entry point (``args`` from :func:`landing_transform`): classify
     and write every batch, then yield one summary row (nothing for an empty range)."""
     kind, rules = Kind(args["kind"]), TimingRules.from_dict(args["rules"])
+    stored = IdIndex(Path(args["index_root"]), args["index_segments"])
     state = ReadState(dict(rules.committed_watermarks))
     files, tally = _Files(Path(args["root"])), _Tally()
     for batch in batches:
         if batch.num_rows:
-            table = classify_batch(batch, kind, rules, state)
+            table = mark_store_copies(classify_batch(batch, kind, rules, state), kind, stored, args["runs"])
             tally.add(table)
-            _write(table, kind, args["run_id"], tally.stem, files)
+            _write(table, kind, args["run_id"], tally.stem, files, args["quarantine_duplicates"])
     if tally.read:
         written = files.close()
         yield _summary_batch(ChunkSummary(tally.topic, tally.partition, tally.first, tally.last, tally.read,
@@ -177,9 +185,14 @@ def _summary_batch(s: ChunkSummary) -> pa.RecordBatch:
         "watermark": pa.array([s.watermark], pa.int64()), "files": [json.dumps(s.files)]})
 
 
-def landing_transform(kind: Kind, rules: TimingRules, run_id: str, root: Path) -> BatchTransform:
+def landing_transform(kind: Kind, rules: TimingRules, run_id: str, root: Path, stored: IdIndex,
+                      runs: list[str], quarantine_duplicates: bool = True) -> BatchTransform:
+    """The read tasks' work for one topic: ``stored`` is the committed identity index of ``kind``
+    and ``runs`` the commit log's run ids (the tasks only read them; nothing changes before the commit)."""
     return BatchTransform("pipeline.ingest.landing:land_stream",
-                          {"kind": kind.value, "rules": asdict(rules), "run_id": run_id, "root": str(root)},
+                          {"kind": kind.value, "rules": asdict(rules), "run_id": run_id, "root": str(root),
+                           "index_root": str(stored.root), "index_segments": list(stored.segments), "runs": list(runs),
+                           "quarantine_duplicates": quarantine_duplicates},
                           SUMMARY_DDL)
 
 

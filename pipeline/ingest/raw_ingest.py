@@ -6,9 +6,9 @@ Order of effects (what makes a SIGKILL at any point safe):
    index once for a store that predates it (:mod:`pipeline.ingest.index_build`);
 2. plan ``[committed, end)`` per partition, end taken once from ``pipeline.kafka.admin.end_offsets``;
 3. per topic: the Kafka read tasks write accepted and refused records under this run's id
-   (invisible so far); copies of events already in the store or earlier in this run then become
-   duplicates (:mod:`pipeline.ingest.run_copies`), late or not; labels whose transaction is in
-   neither the store nor this run are counted. The labels are read while the transactions' copies
+   (invisible so far), copies of events already in the store refused as such, late or not; copies
+   of each other within this run then become duplicates (:mod:`pipeline.ingest.run_copies`);
+   labels whose transaction is in neither the store nor this run are counted. The labels are read while the transactions' copies
    are settled, and settled after them;
 4. check that the files hold exactly what was accounted, write the run's identity-index segments
    (unlisted so far) and the run manifest;
@@ -78,7 +78,8 @@ def land_topic(spark: SparkSession, store: RawStore, config: IngestConfig, kafka
     watermarks = store.committed().watermarks.get(plan.topic, {}) if kind in LATENESS_SCREENED else {}
     rules = TimingRules(config.raw.max_lateness_days, config.raw.max_clock_skew_s,
                         int(run_started.timestamp() * 1_000_000), watermarks)
-    transform = landing_transform(kind, rules, run_id, store.root)
+    transform = landing_transform(kind, rules, run_id, store.root, store.id_index(kind), store.committed().runs,
+                                  config.raw.quarantine_duplicates)
     landed = read_kafka(spark, kafka, list(plan.ranges), config.source, allow_data_loss, transform)
     return parse_summaries(landed.collect())
 

@@ -1,9 +1,10 @@
-"""Find and move one run's copies (:mod:`pipeline.ingest.duplicates`) in its landed files.
+"""Find and move the copies within one run (:mod:`pipeline.ingest.duplicates`) in its landed files.
 
-The read tasks landed the run's records as valid (raw files) or refused (quarantine files). On
-the driver, before the commit, this module reads the rows that can be copies (every valid row,
-and the rows refused as ``LATE_EVENT``), classifies them in one frame against the identity index
-and this run, and rewrites the run's files from that same frame:
+The read tasks landed the run's records as valid (raw files) or refused (quarantine files), and
+refused the copies of stored events already. On the driver, before the commit, this module reads
+the rows that can still be copies (every valid row, and the rows refused as ``LATE_EVENT``),
+classifies them in one frame (a copy of another read task's record is only visible here), and
+rewrites the run's files from that same frame, only where a copy was found:
 
 * a valid row that is a copy leaves its raw file for ``quarantine/run_id=R/<kind>-copies.parquet``;
 * a late row that is a copy is re-marked in its quarantine file (``DUPLICATE`` or
@@ -20,7 +21,6 @@ killed run leaves uncommitted files, which the next run deletes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -30,15 +30,22 @@ import pyarrow.parquet as pq
 
 from pipeline.contract import FIELDS_BY_KIND, TIME_FIELD_BY_KIND, Kind, RejectReason
 from pipeline.ingest.accounting import CopyMoves
-from pipeline.ingest.duplicates import ARRIVAL, CONFLICTING, DUPLICATE, KEEP, Copies, classify_copies
-from pipeline.ingest.id_index import EPOCH, Entries
+from pipeline.ingest.duplicates import (
+    ARRIVAL,
+    CONFLICTING,
+    DUPLICATE,
+    KEEP,
+    LATE,
+    Copies,
+    classify_copies,
+    run_copy_details,
+)
+from pipeline.ingest.id_index import Entries, Matches
 from pipeline.ingest.identity import IDENTITY_BY_KIND, content_hashes, from_int64, identity_hashes
 from pipeline.ingest.raw_store import (
-    DATE_COLUMN_BY_KIND,
     PAYLOAD,
     QUARANTINE,
     RUN_ID,
-    TABLE_BY_KIND,
     RawStore,
     quarantine_arrow_schema,
     write_table_atomic,
@@ -47,7 +54,6 @@ from pipeline.ingest.timing import LATENESS_SCREENED
 from pipeline.ingest.validate import DETAIL, FIELD, REASON
 
 POSITION = ("partition", "offset")
-LATE = RejectReason.LATE_EVENT.value
 
 
 @dataclass(frozen=True)
@@ -91,24 +97,16 @@ def _as_quarantine(rows: pa.Table, kind: Kind, reasons: np.ndarray, details: lis
     return pa.table([columns[f.name] if f.name in columns else rows[f.name] for f in schema], schema=schema)
 
 
-class _Details:
-    """The quarantine detail of each copy: where its first copy is, so both can be found."""
-
-    def __init__(self, store: RawStore, kind: Kind, rows: pa.Table, late_from: int) -> None:
-        self.kind, self.runs, self.late_from = kind, store.committed().runs, late_from
-        self.partition, self.offset = rows["partition"].to_numpy(), rows["offset"].to_numpy()
-
-    def __call__(self, copies: Copies, stored_days: np.ndarray, stored_runs: np.ndarray, i: int) -> str:
-        what = "an identical copy" if copies.outcome[i] == DUPLICATE else "a different version"
-        if copies.first_in_store[i]:
-            day = EPOCH + timedelta(days=int(stored_days[i]))
-            where = (f"is in the raw store: {TABLE_BY_KIND[self.kind]}/{DATE_COLUMN_BY_KIND[self.kind]}={day}/"
-                     f"{RUN_ID}={self.runs[stored_runs[i]]}")
-        else:
-            j = copies.first_row[i]
-            state = "kept" if j < self.late_from else f"quarantined as {LATE}"
-            where = f"came first in this run at partition {self.partition[j]} offset {self.offset[j]} ({state})"
-        return f"{what} of this event {where}"
+def _details(rows: pa.Table, late_from: int, copies: Copies) -> np.ndarray:
+    """The quarantine detail of each copy (object array parallel to ``rows``; None where no copy)."""
+    details = np.full(rows.num_rows, None, object)
+    hit = np.flatnonzero(copies.outcome)
+    if len(hit):
+        first = copies.first_row[hit]
+        details[hit] = run_copy_details(copies.outcome[hit] == DUPLICATE, rows["partition"].to_numpy()[first],
+                                        rows["offset"].to_numpy()[first],
+                                        first < late_from).to_numpy(zero_copy_only=False)
+    return details
 
 
 def settle_copies(store: RawStore, kind: Kind, run_id: str, run_ordinal: int, quarantine_identical: bool) -> RunCopies:
@@ -136,10 +134,9 @@ def settle_copies(store: RawStore, kind: Kind, run_id: str, run_ordinal: int, qu
     if not frames:
         return RunCopies.none()
     rows, ids, contents = pa.concat_tables(frames), np.concatenate(ids), np.concatenate(contents)
-    stored = store.id_index(kind).lookup(ids)
-    copies = classify_copies(rows, kind, ids, contents, stored)
-    describe = _Details(store, kind, rows, n_raw)
-    details = {int(i): describe(copies, stored.days, stored.runs, int(i)) for i in np.flatnonzero(copies.outcome)}
+    # The read tasks refused copies of stored events: what is left can only copy this run's own.
+    copies = classify_copies(rows, kind, ids, contents, Matches.none(len(ids)))
+    details = _details(rows, n_raw, copies)
     reasons = np.where(copies.outcome == DUPLICATE, RejectReason.DUPLICATE.value,
                        RejectReason.CONFLICTING_DUPLICATE.value).astype(object)
     # Which copies become quarantine rows: all of them, or only the conflicting ones.
@@ -155,15 +152,14 @@ def settle_copies(store: RawStore, kind: Kind, run_id: str, run_ordinal: int, qu
         rows_out = np.flatnonzero(hit & as_row[lo:hi])
         at = rows_out + lo
         moved_out.append(_as_quarantine(table.take(pa.array(rows_out)), kind, reasons[at],
-                                        [details[int(i)] for i in at], ids[at], contents[at]))
+                                        details[at], ids[at], contents[at]))
     if moved_out:
         write_table_atomic(pa.concat_tables(moved_out),
                            store.root / QUARANTINE / f"{RUN_ID}={run_id}" / f"{kind.value}-copies.parquet")
     for path, lo, hi in late.files:
         span = slice(n_raw + lo, n_raw + hi)
         if (copies.outcome[span] != KEEP).any():
-            _remark_late(path, kind, copies.outcome[span], reasons[span], as_row[span],
-                         [details.get(i) for i in range(span.start, span.stop)])
+            _remark_late(path, kind, copies.outcome[span], reasons[span], as_row[span], details[span])
 
     is_raw = np.arange(len(ids)) < n_raw
     kept = np.flatnonzero(is_raw & (copies.outcome == KEEP))
@@ -176,19 +172,18 @@ def settle_copies(store: RawStore, kind: Kind, run_id: str, run_ordinal: int, qu
 
 
 def _remark_late(path: Path, kind: Kind, outcome: np.ndarray, reasons: np.ndarray, as_row: np.ndarray,
-                 details: list[str | None]) -> None:
+                 details: np.ndarray) -> None:
     """Re-mark the late rows of one quarantine file that are copies, dropping those that are not to
     stay as rows (``outcome``, ``reasons``, ``as_row`` and ``details`` are parallel to its late rows)."""
     table = pq.read_table(path)
     late_rows = np.flatnonzero(pc.equal(table[REASON], LATE).to_numpy(zero_copy_only=False))
     copy = outcome != KEEP
-    rows = late_rows[copy]
-    columns = {name: table[name].to_numpy(zero_copy_only=False).astype(object) for name in (REASON, DETAIL, FIELD)}
-    columns[REASON][rows] = reasons[copy]
-    columns[DETAIL][rows] = [d for d, c in zip(details, copy, strict=True) if c]
-    columns[FIELD][rows] = IDENTITY_BY_KIND[kind][0]
-    for name, values in columns.items():
-        table = table.set_column(table.schema.get_field_index(name), name, pa.array(values, pa.string()))
+    mask = np.zeros(table.num_rows, bool)
+    mask[late_rows[copy]] = True  # the copies' rows, in file order like their values below
+    for name, values in ((REASON, reasons[copy]), (DETAIL, details[copy]),
+                         (FIELD, np.full(int(copy.sum()), IDENTITY_BY_KIND[kind][0], object))):
+        column = pc.replace_with_mask(table[name].combine_chunks(), pa.array(mask), pa.array(values, pa.string()))
+        table = table.set_column(table.schema.get_field_index(name), name, column)
     keep = np.ones(table.num_rows, bool)
-    keep[rows] = as_row[copy]
+    keep[late_rows[copy]] = as_row[copy]
     write_table_atomic(table.filter(pa.array(keep)), path)

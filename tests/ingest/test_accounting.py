@@ -66,6 +66,14 @@ def test_all_late_copies_leave_no_late_reason_behind():
     assert a.quarantined == {} and (a.valid, a.duplicates) == (7, 3)
 
 
+def test_copies_the_read_tasks_refused_add_to_those_found_within_the_run():
+    a = account(PLAN, "transaction", {0: 10},
+                {None: 5, "duplicate": 2, "conflicting_duplicate": 1, "late_event": 2}, dups(1))
+    assert (a.valid, a.duplicates) == (4, 3)
+    assert a.quarantined == {"conflicting_duplicate": 1, "late_event": 2}
+    assert a.read == a.valid + a.duplicates + a.quarantined_total
+
+
 def test_files_must_hold_exactly_the_accounted_rows():
     a = account(PLAN, "transaction", {0: 10}, {None: 8, "bad_mcc": 2}, dups(1))
     verify_landed(a, raw_rows=7, quarantine_rows=3)
