@@ -1,4 +1,4 @@
-"""Atomic file replacement, the one implementation for the project.
+"""Atomic file and directory publishing, the one implementation for the project.
 
 A reader of ``path`` sees the previous file or the complete new one, never a torn mix: the bytes go
 to a temporary file beside ``path`` (same filesystem, so the rename is atomic), are flushed to
@@ -9,12 +9,16 @@ reader never opens (leading dot, different name); cleaning up leftovers is the o
 
 ``durable=False`` skips both fsyncs (a file rewritten often that may be lost on a power cut, but
 must still never be torn).
+
+:func:`publish_dir` does the same for a directory built beside its final name (a checkpoint, a
+dataset version): everything in it is flushed, then one rename publishes it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -69,3 +73,39 @@ def write_text_atomic(path: Path, text: str, *, durable: bool = True) -> None:
 def write_json_atomic(path: Path, obj: Any, *, durable: bool = True) -> None:
     """``obj`` as indented JSON with sorted keys and a final newline (NaN allowed: metrics may be NaN)."""
     write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True, allow_nan=True) + "\n", durable=durable)
+
+
+def _fsync_tree(root: Path) -> None:
+    """Flush every file under ``root``, then every directory, deepest first."""
+    directories = [root]
+    for path in root.rglob("*"):
+        if path.is_dir():
+            directories.append(path)
+        elif path.is_file():
+            fsync_path(path)
+    for directory in sorted(directories, key=lambda p: len(p.parts), reverse=True):
+        fsync_path(directory)
+
+
+def publish_dir(staging: Path, final: Path, *, keep_existing: bool = False) -> bool:
+    """Make the complete directory ``staging`` appear as ``final`` in one rename: a reader sees the
+    previous directory or the whole new one. Returns True when ``final`` was kept instead.
+
+    ``keep_existing``: ``final`` holds the same content already (content-addressed names, or the
+    caller checked it): ``staging`` is dropped. Otherwise an existing ``final`` is swapped out via
+    ``.old-<name>`` (its owner restores it if a kill leaves ``final`` missing) and deleted after.
+    ``staging`` must be on ``final``'s filesystem (a sibling, by convention a dot-name).
+    """
+    staging, final = Path(staging), Path(final)
+    if keep_existing and final.is_dir():
+        shutil.rmtree(staging, ignore_errors=True)
+        return True
+    _fsync_tree(staging)
+    old = final.with_name(f".old-{final.name}")
+    shutil.rmtree(old, ignore_errors=True)
+    if final.exists():
+        os.replace(final, old)
+    os.replace(staging, final)
+    fsync_path(final.parent)
+    shutil.rmtree(old, ignore_errors=True)
+    return False

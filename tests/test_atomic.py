@@ -1,4 +1,4 @@
-"""The project's one atomic-write helper: readers see the old file or the whole new one."""
+"""The project's one atomic-publish helpers: readers see the old file (or directory) or the whole new one."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from pipeline.atomic import atomic_path, write_json_atomic, write_text_atomic
+from pipeline.atomic import atomic_path, publish_dir, write_json_atomic, write_text_atomic
 
 
 def test_writes_create_parents_replace_the_file_and_leave_no_temporary(tmp_path):
@@ -43,3 +43,29 @@ def test_the_new_content_is_invisible_until_the_block_ends(tmp_path):
         assert path.read_text() == "v1"
         assert tmp.parent == path.parent and tmp.name.startswith(".")  # same filesystem, hidden
     assert path.read_text() == "v2"
+
+
+def build(directory, files: dict[str, str]):
+    for name, text in files.items():
+        (directory / name).parent.mkdir(parents=True, exist_ok=True)
+        (directory / name).write_text(text)
+    return directory
+
+
+def test_a_directory_is_published_whole_and_replaces_the_previous_one(tmp_path):
+    final = tmp_path / "step-1"
+    assert publish_dir(build(tmp_path / ".tmp-step-1", {"a.pt": "1", "sub/b.pt": "2"}), final) is False
+    assert publish_dir(build(tmp_path / ".tmp-step-1", {"a.pt": "new"}), final) is False
+    assert sorted(str(p.relative_to(final)) for p in final.rglob("*")) == ["a.pt"]
+    assert (final / "a.pt").read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-1"]  # no staging, no .old- left
+
+
+def test_an_existing_directory_is_kept_when_the_caller_says_it_holds_the_same_content(tmp_path):
+    final = tmp_path / "v-abc"
+    publish_dir(build(tmp_path / ".build-1", {"shard.parquet": "x"}), final)
+    assert publish_dir(build(tmp_path / ".build-2", {"shard.parquet": "y"}), final, keep_existing=True) is True
+    assert (final / "shard.parquet").read_text() == "x"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["v-abc"]
+    # Nothing there yet: keep_existing publishes.
+    assert publish_dir(build(tmp_path / ".build-3", {"s": "z"}), tmp_path / "v-new", keep_existing=True) is False

@@ -23,6 +23,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from pipeline.atomic import publish_dir
 from pipeline.contract import SCHEMA_VERSION, Kind
 from pipeline.datasets.manifest import (
     LABEL_COLUMN,
@@ -101,14 +102,11 @@ def _days(plan: DatasetPlan) -> list[str]:
 
 
 def _place_version(build_dir: Path, final_dir: Path, shards: list[ShardInfo]) -> bool:
-    """Move the build into place; True when an identical version was already there."""
-    if final_dir.is_dir():
-        if all((final_dir / s.path).is_file() and file_sha256(final_dir / s.path) == s.sha256 for s in shards):
-            shutil.rmtree(build_dir)
-            return True
-        shutil.rmtree(final_dir)  # a damaged earlier attempt; nothing published references it intact
-    build_dir.rename(final_dir)
-    return False
+    """Move the build into place; True when an identical version was already there (a damaged
+    earlier attempt is replaced: nothing published references it intact)."""
+    intact = final_dir.is_dir() and all(
+        (final_dir / s.path).is_file() and file_sha256(final_dir / s.path) == s.sha256 for s in shards)
+    return publish_dir(build_dir, final_dir, keep_existing=intact)
 
 
 def build_dataset(spark: SparkSession, store: RawStore, plan: DatasetPlan, config: DatasetConfig,

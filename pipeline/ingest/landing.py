@@ -9,15 +9,16 @@ watermark, files written), not the records: Spark schedules and retries the task
 bytes go Kafka -> Arrow -> Parquet without row conversions.
 
 Safe to retry: file names derive from (topic, partition, first offset, date), and every file is
-written under a dot-name and renamed when complete, so a retried task replaces its own files.
+written under a dot-name and renamed when complete (:func:`pipeline.atomic.atomic_path`), so a
+retried task replaces its own files.
 Nothing written here is visible before the run commits (see :mod:`pipeline.ingest.raw_store`).
 """
 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -26,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from pipeline.atomic import atomic_path
 from pipeline.contract import TIME_FIELD_BY_KIND, Kind, RejectReason
 from pipeline.ingest.classify import classify_batch
 from pipeline.ingest.duplicates import COPY_REASONS, mark_store_copies
@@ -67,11 +69,13 @@ class ChunkSummary:
 
 
 class _Files:
-    """Lazily opened Parquet writers, each buffering rows into large row groups."""
+    """Lazily opened Parquet writers, each buffering rows into large row groups; each file is
+    published (:func:`pipeline.atomic.atomic_path`: flushed, renamed) when the task closes them."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.writers: dict[str, tuple[pq.ParquetWriter, Path]] = {}
+        self.publish = ExitStack()  # one atomic_path per file, left in order on close
+        self.writers: dict[str, pq.ParquetWriter] = {}
         self.buffers: dict[str, list[pa.Table]] = {}
         self.rows: dict[str, int] = {}
 
@@ -88,18 +92,16 @@ class _Files:
         if not tables:
             return
         if relpath not in self.writers:
-            final = self.root / relpath
-            final.parent.mkdir(parents=True, exist_ok=True)
-            tmp = final.with_name(f".{final.name}.tmp")
-            self.writers[relpath] = (pq.ParquetWriter(tmp, tables[0].schema, compression="zstd"), final)
-        self.writers[relpath][0].write_table(pa.concat_tables(tables))
+            tmp = self.publish.enter_context(atomic_path(self.root / relpath))
+            self.writers[relpath] = pq.ParquetWriter(tmp, tables[0].schema, compression="zstd")
+        self.writers[relpath].write_table(pa.concat_tables(tables))
 
     def close(self) -> dict[str, int]:
         for relpath in list(self.buffers):
             self._flush(relpath)
-        for writer, final in self.writers.values():
+        for writer in self.writers.values():
             writer.close()
-            os.replace(final.with_name(f".{final.name}.tmp"), final)
+        self.publish.close()
         return dict(self.rows)
 
 

@@ -2,8 +2,8 @@
 back line by line with per-line contract validation (what ``fraudctl produce`` replays).
 
 JSONL holds one compact UTF-8 JSON object per line. Parquet holds the contract columns; absent
-optional fields are nulls, which reading turns back into absent keys. Writes are atomic (temp
-file + rename), so a killed run never leaves a half-written file under the final name.
+optional fields are nulls, which reading turns back into absent keys. Writes are atomic
+(:func:`pipeline.atomic.atomic_path`: temp file, fsync, rename), so a killed run never leaves a half-written file under the final name.
 
 Reading never fails on a line's content: every line of a readable file ends as a valid event or as
 a rejected line with a named reason (bytes that are not UTF-8, JSON nested past the recursion limit,
@@ -14,7 +14,6 @@ Only a file that cannot be read at all raises :class:`EventFileError`.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +23,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline.atomic import atomic_path
 from pipeline.contract import Kind, Rejection, RejectReason, decode_object, detect_kind, validate_object
 from pipeline.kafka.producer import dumps_event
 from pipeline.simulation.simulator import Simulation
@@ -40,7 +40,7 @@ class EventFileError(ValueError):
 def write_jsonl(records: Iterable[dict[str, Any]], path: Path) -> int:
     """Write ``records`` one per line; returns how many."""
     count = 0
-    with _atomic(path) as tmp, tmp.open("w", encoding="utf-8") as fh:
+    with atomic_path(path) as tmp, tmp.open("w", encoding="utf-8") as fh:
         for record in records:
             fh.write(dumps_event(record))
             fh.write("\n")
@@ -49,7 +49,7 @@ def write_jsonl(records: Iterable[dict[str, Any]], path: Path) -> int:
 
 
 def write_parquet(frame: pd.DataFrame, path: Path) -> int:
-    with _atomic(path) as tmp:
+    with atomic_path(path) as tmp:
         frame.to_parquet(tmp, index=False)
     return len(frame)
 
@@ -206,21 +206,3 @@ def _parquet_lines(path: Path) -> Iterator[EventLine]:
                 yield EventLine(row, json.dumps(obj, separators=(",", ":"), ensure_ascii=False, default=str))
     except (pa.ArrowException, OSError) as exc:  # a corrupt page surfaces only when its row group is read
         raise EventFileError(f"{path}: unreadable Parquet data after row {row} ({exc})") from exc
-
-
-class _atomic:
-    """``with _atomic(path) as tmp``: write ``tmp``; it replaces ``path`` only if the block succeeds."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-        self.tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
-
-    def __enter__(self) -> Path:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        return self.tmp
-
-    def __exit__(self, exc_type: object, *rest: object) -> None:
-        if exc_type is None:
-            os.replace(self.tmp, self.path)
-        else:
-            self.tmp.unlink(missing_ok=True)

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from pipeline.atomic import atomic_path, fsync_path
+from pipeline.atomic import atomic_path, publish_dir
 from pipeline.training.run_dir import (
     BEST,
     STEP_DIR,
@@ -114,11 +114,7 @@ class Checkpointer:
             (tmp / META_FILE).write_text(json.dumps(meta, indent=2))
         self.barrier()  # every rank's file is on disk before the directory becomes visible
         if self.rank == 0:
-            fsync_path(tmp)
-            if final.exists():  # same step saved again after a resume: replace it whole
-                shutil.rmtree(final)
-            os.replace(tmp, final)
-            fsync_path(self.directory)
+            publish_dir(tmp, final)  # same step saved again after a resume: replaced whole
             if is_best:
                 self.mark_best(final)
             self._prune()
@@ -127,13 +123,10 @@ class Checkpointer:
 
     def mark_best(self, step_dir: Path) -> None:
         """Make ``best/`` a copy of ``step_dir`` (hard links; checkpoint files are never rewritten)."""
-        tmp, best, old = self.directory / ".tmp-best", self.best, self.directory / ".old-best"
+        tmp = self.directory / ".tmp-best"
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.copytree(step_dir, tmp, copy_function=os.link)
-        if best.exists():
-            os.replace(best, old)
-        os.replace(tmp, best)
-        shutil.rmtree(old, ignore_errors=True)
+        publish_dir(tmp, self.best)  # swaps through .old-best, which _clean_interrupted restores
 
     def best_step(self) -> int | None:
         meta = self.best / META_FILE

@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline.atomic import publish_dir
 from pipeline.datasets.manifest import (
     DatasetManifest,
     DateWindow,
@@ -108,10 +109,7 @@ def write_synthetic_dataset(root: Path, spec: SyntheticSpec = SyntheticSpec(),
     digest = content_hash([info for _, info in staged], schema)
     version = f"v-{digest[:12]}"
     final = root / "data" / version
-    if final.exists():
-        shutil.rmtree(staging)  # same content already written (idempotent rerun)
-    else:
-        staging.rename(final)
+    publish_dir(staging, final, keep_existing=True)  # content-addressed: an existing one is this one
     shards = tuple(
         ShardInfo(f"data/{version}/{rel}", i.date, i.shard, i.rows, i.frauds, i.sha256) for rel, i in staged
     )

@@ -72,7 +72,7 @@ def test_spark_submit_on_a_local_cluster_runs_the_source_on_executors(tmp_path, 
 def _wait_for_landing(raw, proc, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if list(raw.glob("transactions/*/run_id=*/.*.tmp")) or list(raw.glob("transactions/*/run_id=*/*.parquet")):
+        if list(raw.glob("transactions/*/run_id=*/.*.tmp-*")) or list(raw.glob("transactions/*/run_id=*/*.parquet")):
             return
         assert proc.poll() is None, "the job ended before it was killed"
         time.sleep(0.05)
