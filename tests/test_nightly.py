@@ -74,8 +74,9 @@ def test_single_node_training_rendezvouses_on_loopback_with_a_free_port():
 
 
 def test_the_ingest_record_is_read_from_the_jobs_report_as_json_writes_it(state_dir):
-    accounting = (TopicAccounting("transactions", "transaction", read=110, valid=100, duplicates=4,
-                                  quarantined={"bad_time": 5, "negative_amount": 1}, offset_span=110),)
+    accounting = (TopicAccounting("transactions", "transaction", read=112, valid=100, duplicates=4,
+                                  quarantined={"bad_time": 5, "negative_amount": 1, "conflicting_duplicate": 2},
+                                  offset_span=112),)
     dataset = DatasetSummary(name="fraud-dev", root="/d", version="2026-02-04-0123456789ab", manifest_path="/d/m.json",
                              content_hash="ff", label_cutoff="2026-02-04", rows=5000, frauds=40, splits={}, reused=True)
     report = IngestReport("run-1", "nightly", accounting, dataset, None, (), "/logs/run-1.log")
@@ -84,8 +85,8 @@ def test_the_ingest_record_is_read_from_the_jobs_report_as_json_writes_it(state_
     recorded = stages.record_ingest(json.loads(json.dumps(report.to_dict(), default=str)), ledger)
     assert (recorded.version, recorded.rows, recorded.reused, recorded.ingest_run_id) == (
         "2026-02-04-0123456789ab", 5000, True, "run-1")
-    assert [(a.kind, a.read, a.valid, a.quarantined, a.duplicates) for a in recorded.landed] == [
-        ("transaction", 110, 100, 6, 4)]
+    assert [(a.kind, a.read, a.valid, a.quarantined, a.duplicates, a.conflicting_duplicates)
+            for a in recorded.landed] == [("transaction", 112, 100, 8, 4, 2)]
     assert ledger.read(PublishedDataset) == recorded
 
 

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from pipeline.atomic import write_json_atomic
 from pipeline.config import ConfigError, from_dict
+from pipeline.contract import RejectReason
 from pipeline.paths import state_dir
 
 NIGHTLY_DIR = "nightly"  # <state>/nightly/<run date>/
@@ -45,6 +46,9 @@ class Record:
 R = TypeVar("R", bound=Record)
 
 
+CONFLICTING = RejectReason.CONFLICTING_DUPLICATE.value
+
+
 @dataclass(frozen=True)
 class Landed:
     """One topic's accounting from the night's Kafka read."""
@@ -52,8 +56,9 @@ class Landed:
     kind: str  # transaction | label
     read: int
     valid: int
-    quarantined: int
+    quarantined: int  # conflicting duplicates included
     duplicates: int
+    conflicting_duplicates: int = 0  # among ``quarantined``: another version of a stored or earlier event
 
 
 @dataclass(frozen=True)
@@ -77,7 +82,8 @@ class PublishedDataset(Record):
         dataset = report.get("dataset")
         if not dataset:
             raise ValueError(f"ingest run {report.get('run_id')} published no dataset")
-        landed = tuple(Landed(a["kind"], a["read"], a["valid"], sum(a["quarantined"].values()), a["duplicates"])
+        landed = tuple(Landed(a["kind"], a["read"], a["valid"], sum(a["quarantined"].values()), a["duplicates"],
+                              a["quarantined"].get(CONFLICTING, 0))
                        for a in report.get("accounting", ()))
         return cls(name=dataset["name"], root=dataset["root"], version=dataset["version"],
                    label_cutoff=dataset["label_cutoff"], rows=dataset["rows"], frauds=dataset["frauds"],

@@ -18,7 +18,9 @@ SHOWN_VALIDATION = (("auc_roc", "AUC"), ("average_precision", "AP"), ("recall_at
 
 def describe_dataset(dataset: PublishedDataset) -> list[str]:
     landed = "; ".join(f"{a.kind}s read {a.read}: {a.valid} valid, {a.quarantined} quarantined, "
-                       f"{a.duplicates} duplicates" for a in dataset.landed)
+                       f"{a.duplicates} duplicates"
+                       + (f" ({a.conflicting_duplicates} conflicting, quarantined)" if a.conflicting_duplicates else "")
+                       for a in dataset.landed)
     lines = [f"dataset {dataset.name}@{dataset.version}: {dataset.rows} rows, {dataset.frauds} frauds, "
              f"labels as of {dataset.label_cutoff}" + (" (already published: same bytes)" if dataset.reused else "")]
     return lines + ([f"Kafka: {landed}"] if landed else [])
