@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 
 from pipeline.contract import Kind, RejectReason
 from pipeline.ingest.id_index import IdIndex, Matches
-from pipeline.ingest.identity import IDENTITY_BY_KIND, content_hashes, identity_hashes
+from pipeline.ingest.identity import IDENTITY_BY_KIND, RowHashes
 from pipeline.ingest.raw_store import DATE_COLUMN_BY_KIND, RUN_ID, TABLE_BY_KIND
 from pipeline.ingest.validate import DETAIL, FIELD, REASON
 
@@ -115,21 +115,21 @@ def run_copy_details(identical: np.ndarray, partition: np.ndarray, offset: np.nd
         as_text(offset), " (", state, ")", "")
 
 
-def mark_store_copies(table: pa.Table, kind: Kind, index: IdIndex, runs: list[str]) -> pa.Table:
+def mark_store_copies(table: pa.Table, kind: Kind, index: IdIndex, runs: list[str], hashes: RowHashes) -> pa.Table:
     """Re-mark the records of one classified batch (:func:`pipeline.ingest.classify.classify_batch`)
     whose identity the store already holds: accepted or late, each becomes ``DUPLICATE`` or
     ``CONFLICTING_DUPLICATE`` against the stored content, with the stored copy's place as detail.
-    ``runs``: the commit log's run ids (an index entry names its run by position)."""
+    ``runs``: the commit log's run ids (an index entry names its run by position); ``hashes``: the
+    batch's (its rows, in order)."""
     reasons = table[REASON]
     open_rows = np.flatnonzero(pc.fill_null(pc.equal(reasons, LATE), True).to_numpy(zero_copy_only=False))
     if not len(open_rows) or not index.segments:
         return table
-    candidates = table.take(pa.array(open_rows))
-    stored = index.lookup(identity_hashes(candidates, kind))
+    stored = index.lookup(hashes.identities(open_rows))
     if not stored.found.any():
         return table
     hit = np.flatnonzero(stored.found)
-    identical = content_hashes(candidates.take(pa.array(hit)), kind) == stored.contents[hit]
+    identical = hashes.contents(open_rows[hit]) == stored.contents[hit]
     mask = np.zeros(table.num_rows, bool)
     mask[open_rows[hit]] = True  # ascending, like ``hit``: the replacements below go in this order
     run_ids = np.asarray(runs, object)[stored.runs[hit]]

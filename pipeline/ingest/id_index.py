@@ -126,12 +126,16 @@ class IdIndex:
     def __init__(self, root: Path, segments: list[str]) -> None:
         self.root = Path(root)
         self.segments = sorted(segments, key=segment_span)
+        self._mapped: dict[tuple[str, int], np.ndarray] = {}  # a read task looks up batch after batch
 
     def _bucket_path(self, segment: str, bucket: int) -> Path:
         return self.root / segment / f"bucket-{bucket:02d}.npy"
 
     def _load(self, segment: str, bucket: int) -> np.ndarray:
-        return np.load(self._bucket_path(segment, bucket), mmap_mode="r")
+        key = (segment, bucket)
+        if key not in self._mapped:
+            self._mapped[key] = np.load(self._bucket_path(segment, bucket), mmap_mode="r")
+        return self._mapped[key]
 
     def lookup(self, ids: np.ndarray) -> Matches:
         """Which of ``ids`` (uint64 identity hashes) the live segments hold, and their entries."""
@@ -163,6 +167,7 @@ class IdIndex:
         """One segment directory, complete before it appears under its name."""
         final = self.root / name
         tmp = self.root / f".{name}.tmp"
+        self._mapped = {k: v for k, v in self._mapped.items() if k[0] != name}  # replaced below
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         packed = _pack(entries)

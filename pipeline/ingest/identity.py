@@ -59,26 +59,41 @@ def _hash_strings(array: pa.Array) -> np.ndarray:
     return out
 
 
-def _hash_column(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
-        h = _hash_strings(pc.fill_null(array, ""))
-    elif pa.types.is_floating(array.type):
+def _is_text(array: pa.Array) -> bool:
+    return pa.types.is_string(array.type) or pa.types.is_large_string(array.type)
+
+
+def _hash_values(array: pa.Array) -> np.ndarray:
+    """The hash of each non-text value (nulls not yet marked)."""
+    if pa.types.is_floating(array.type):
         values = pc.fill_null(array, 0.0).to_numpy(zero_copy_only=False).astype(np.float64) + 0.0  # -0.0 -> 0.0
-        h = _finish(values.view(np.uint64))
-    else:  # ints, booleans, timestamps, dates: their integer value
-        as_int = pc.cast(array, pa.int64()) if not pa.types.is_boolean(array.type) else pc.cast(array, pa.int8())
-        h = _finish(pc.fill_null(as_int, 0).to_numpy(zero_copy_only=False).astype(np.int64).view(np.uint64))
-    if array.null_count:
-        h = np.where(array.is_null().to_numpy(zero_copy_only=False), _NULL, h)
-    return h
+        return _finish(values.view(np.uint64))
+    # ints, booleans, timestamps, dates: their integer value
+    as_int = pc.cast(array, pa.int64()) if not pa.types.is_boolean(array.type) else pc.cast(array, pa.int8())
+    return _finish(pc.fill_null(as_int, 0).to_numpy(zero_copy_only=False).astype(np.int64).view(np.uint64))
+
+
+def _hash_arrays(arrays: list[pa.Array]) -> list[np.ndarray]:
+    """Each array's value hashes. The text arrays are hashed as one (one numpy step per byte
+    position over all of them, not per column: a batch of a few hundred rows is step-bound)."""
+    hashes: list[np.ndarray | None] = [None if _is_text(a) else _hash_values(a) for a in arrays]
+    text = [i for i, a in enumerate(arrays) if _is_text(a)]
+    if text:
+        joined = pa.concat_arrays([pc.cast(pc.fill_null(arrays[i], ""), pa.large_string()) for i in text])
+        for i, part in zip(text, np.split(_hash_strings(joined), len(text)), strict=True):
+            hashes[i] = part
+    for i, array in enumerate(arrays):
+        if array.null_count:
+            hashes[i] = np.where(array.is_null().to_numpy(zero_copy_only=False), _NULL, hashes[i])
+    return hashes
 
 
 def hash_columns(table: pa.Table, columns: tuple[str, ...] | list[str]) -> np.ndarray:
     """One uint64 per row over ``columns`` in order (order matters; nulls hash apart from values)."""
+    arrays = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in (table[n] for n in columns)]
     h = np.full(table.num_rows, _FNV_OFFSET, np.uint64)
-    for name in columns:
-        h = _finish((h * _COMBINE) ^ _hash_column(table[name]))
+    for column_hash in _hash_arrays(arrays):
+        h = _finish((h * _COMBINE) ^ column_hash)
     return h
 
 
@@ -88,6 +103,34 @@ def identity_hashes(table: pa.Table, kind: Kind) -> np.ndarray:
 
 def content_hashes(table: pa.Table, kind: Kind) -> np.ndarray:
     return hash_columns(table, [s.name for s in FIELDS_BY_KIND[kind]])
+
+
+class RowHashes:
+    """The hashes of one batch's rows, each computed at most once and only for the rows asked for:
+    the read tasks look every row's identity up, but hash content only for copies and for events
+    quarantined for their timing, and a night with an empty index hashes nothing it does not keep."""
+
+    def __init__(self, table: pa.Table, kind: Kind) -> None:
+        self.table, self.kind = table, kind
+        n = table.num_rows
+        self._values = {"identity": np.zeros(n, np.uint64), "content": np.zeros(n, np.uint64)}
+        self._known = {"identity": np.zeros(n, bool), "content": np.zeros(n, bool)}
+
+    def identities(self, rows: np.ndarray) -> np.ndarray:
+        return self._of("identity", IDENTITY_BY_KIND[self.kind], rows)
+
+    def contents(self, rows: np.ndarray) -> np.ndarray:
+        return self._of("content", [s.name for s in FIELDS_BY_KIND[self.kind]], rows)
+
+    def _of(self, which: str, columns: tuple[str, ...] | list[str], rows: np.ndarray) -> np.ndarray:
+        values, known = self._values[which], self._known[which]
+        missing = rows[~known[rows]]
+        if len(missing):
+            needed = self.table.select(list(columns))  # only the hashed columns, never the payload
+            if len(missing) < self.table.num_rows:
+                needed = needed.take(pa.array(missing))
+            values[missing], known[missing] = hash_columns(needed, columns), True
+        return values[rows]
 
 
 def transaction_id_hashes(ids: pa.Array | pa.ChunkedArray) -> np.ndarray:

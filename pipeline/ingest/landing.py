@@ -32,7 +32,7 @@ from pipeline.contract import TIME_FIELD_BY_KIND, Kind, RejectReason
 from pipeline.ingest.classify import classify_batch
 from pipeline.ingest.duplicates import COPY_REASONS, mark_store_copies
 from pipeline.ingest.id_index import IdIndex
-from pipeline.ingest.identity import content_hashes, identity_hashes
+from pipeline.ingest.identity import RowHashes
 from pipeline.ingest.kafka_source import BatchTransform
 from pipeline.ingest.raw_store import (
     DATE_COLUMN_BY_KIND,
@@ -112,16 +112,28 @@ def _raw_rows(table: pa.Table, kind: Kind) -> pa.Table:
     return pa.table([columns[f.name] if f.name in columns else accepted[f.name] for f in schema], schema=schema)
 
 
-def _quarantine_rows(table: pa.Table, kind: Kind) -> pa.Table:
-    refused = table.filter(pc.is_valid(table[REASON]))
+def _quarantine_rows(table: pa.Table, kind: Kind, hashes: RowHashes, quarantine_identical: bool) -> pa.Table:
+    """The refused rows (identical copies only when ``quarantine_identical``: otherwise they are
+    only counted) in the quarantine's schema."""
+    reasons = table[REASON]
+    refused = pc.is_valid(reasons)
+    if not quarantine_identical:
+        refused = pc.and_(refused, pc.fill_null(pc.not_equal(reasons, RejectReason.DUPLICATE.value), True))
+    rows = np.flatnonzero(refused.to_numpy(zero_copy_only=False))
+    refused_rows = table.take(pa.array(rows, pa.int64()))
     schema = quarantine_arrow_schema()
-    # Records refused only for their timing are events: their identity is kept, so that a later
-    # copy (or this one, when an earlier copy exists) is found as a duplicate (pipeline.ingest.duplicates).
-    typed = pc.is_in(refused[REASON], pa.array(EVENT_REASONS)).to_numpy(zero_copy_only=False)
-    hashes = {name: pa.array(np.where(typed, fn(refused, kind).view(np.int64), 0), pa.int64(), mask=~typed)
-              for name, fn in (("id_hash", identity_hashes), ("content_hash", content_hashes))}
-    columns = {"kind": pa.repeat(kind.value, refused.num_rows), "kafka_timestamp": refused["timestamp"], **hashes}
-    return pa.table([columns[f.name] if f.name in columns else refused[f.name] for f in schema], schema=schema)
+    # Records refused only for their timing, or as copies, are events: their identity is kept, so
+    # that a later copy (or this one, when an earlier copy exists) is found as a duplicate
+    # (pipeline.ingest.duplicates).
+    typed = pc.is_in(refused_rows[REASON], pa.array(EVENT_REASONS)).to_numpy(zero_copy_only=False)
+    events = rows[typed]
+    kept = {"id_hash": hashes.identities(events), "content_hash": hashes.contents(events)}
+    columns = {"kind": pa.repeat(kind.value, len(rows)), "kafka_timestamp": refused_rows["timestamp"]}
+    for name, values in kept.items():
+        full = np.zeros(len(rows), np.uint64)
+        full[typed] = values
+        columns[name] = pa.array(full.view(np.int64), pa.int64(), mask=~typed)
+    return pa.table([columns[f.name] if f.name in columns else refused_rows[f.name] for f in schema], schema=schema)
 
 
 @dataclass
@@ -148,7 +160,8 @@ class _Tally:
         return f"part-{self.topic}-{self.partition:05d}-{self.first:012d}"
 
 
-def _write(table: pa.Table, kind: Kind, run_id: str, stem: str, files: _Files, quarantine_identical: bool) -> None:
+def _write(table: pa.Table, kind: Kind, run_id: str, stem: str, files: _Files, hashes: RowHashes,
+           quarantine_identical: bool) -> None:
     """Accepted rows to their date partitions, refused rows to the quarantine (identical copies
     only when ``quarantine_identical``: otherwise they are only counted)."""
     raw = _raw_rows(table, kind)
@@ -157,9 +170,8 @@ def _write(table: pa.Table, kind: Kind, run_id: str, stem: str, files: _Files, q
         rows = raw.filter(pc.equal(days, pa.scalar(day, pa.date32())))
         files.add(f"{TABLE_BY_KIND[kind]}/{DATE_COLUMN_BY_KIND[kind]}={day.isoformat()}/{RUN_ID}={run_id}/{stem}.parquet",
                   rows)
-    if not quarantine_identical:
-        table = table.filter(pc.fill_null(pc.not_equal(table[REASON], RejectReason.DUPLICATE.value), True))
-    files.add(f"{QUARANTINE}/{RUN_ID}={run_id}/{kind.value}-{stem}.parquet", _quarantine_rows(table, kind))
+    files.add(f"{QUARANTINE}/{RUN_ID}={run_id}/{kind.value}-{stem}.parquet",
+              _quarantine_rows(table, kind, hashes, quarantine_identical))
 
 
 def land_stream(batches: Iterator[pa.RecordBatch], args: dict) -> Iterator[pa.RecordBatch]:
@@ -171,9 +183,11 @@ def land_stream(batches: Iterator[pa.RecordBatch], args: dict) -> Iterator[pa.Re
     files, tally = _Files(Path(args["root"])), _Tally()
     for batch in batches:
         if batch.num_rows:
-            table = mark_store_copies(classify_batch(batch, kind, rules, state), kind, stored, args["runs"])
+            classified = classify_batch(batch, kind, rules, state)
+            hashes = RowHashes(classified, kind)
+            table = mark_store_copies(classified, kind, stored, args["runs"], hashes)
             tally.add(table)
-            _write(table, kind, args["run_id"], tally.stem, files, args["quarantine_duplicates"])
+            _write(table, kind, args["run_id"], tally.stem, files, hashes, args["quarantine_duplicates"])
     if tally.read:
         written = files.close()
         yield _summary_batch(ChunkSummary(tally.topic, tally.partition, tally.first, tally.last, tally.read,
