@@ -34,14 +34,11 @@ import json
 import os
 import re
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +63,7 @@ from pipeline.registry.config import RegistryConfig, resolved_tracking_uri
 from pipeline.registry.model_package import log_pyfunc_model, register_version
 from pipeline.registry.store import CHAMPION, connect, ensure_experiment
 from pipeline.serving.config import load_serving_config
+from pipeline.serving.process import ServerProcess
 from pipeline.serving.scorer import traced_probability
 from pipeline.simulation import SimulationConfig, simulate
 
@@ -77,8 +75,6 @@ CARDS = {False: 4000, True: 1500}
 TRAIN_ROWS = 5000
 SWAP_MAX_REQUESTS_FACTOR = 20  # the hot-swap run gives up waiting for the new version after 20 x requests
 START_TIMEOUT_S = 180.0
-# `fraudctl serve` in a fresh interpreter (works whether or not pipeline/cli/main.py registers it yet).
-FRAUDCTL = "from pipeline.cli.main import cli; cli()"
 
 
 def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
@@ -168,43 +164,11 @@ def _conf_dir(workdir: Path, name: str = "conf", **model: float) -> Path:
     return conf
 
 
-@contextmanager
-def _process(cmd: list[str], env: dict[str, str], log: Path) -> Iterator[subprocess.Popen]:
-    """A server in its own process group (mlflow forks uvicorn); the group is ended on exit."""
-    with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, env=env, cwd=PROJECT_ROOT, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-    try:
-        yield proc
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(10)
-
-
 def _mlflow_env(env: dict[str, str], tracking_uri: str) -> dict[str, str]:
     """mlflow serve execs ``uvicorn`` by name: this interpreter's scripts go first on PATH, as when the
     virtual environment is activated."""
     scripts = str(Path(sys.executable).parent)
     return {**env, "MLFLOW_TRACKING_URI": tracking_uri, "PATH": f"{scripts}{os.pathsep}{env.get('PATH', '')}"}
-
-
-def _wait_ready(url: str, proc: subprocess.Popen, log: Path, ready: Callable[[httpx.Response], bool]) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args[:3]} exited with {proc.returncode}; log {log}:\n{log.read_text()[-3000:]}")
-        try:
-            if ready(httpx.get(url, timeout=5)):
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.25)
-    raise RuntimeError(f"{url} not ready after {START_TIMEOUT_S:.0f}s; log {log}:\n{log.read_text()[-3000:]}")
 
 
 class _Connection:
@@ -295,10 +259,6 @@ async def _load(url: str, bodies: list[bytes], on_progress: Callable[[int], None
             "errors": errors, "versions": dict(versions), "explained": explained}
 
 
-def _ours_command(port: int) -> list[str]:
-    return [sys.executable, "-c", FRAUDCTL, "serve", "--port", str(port)]
-
-
 def _ours_ready(version: int, consumed: int) -> Callable[[httpx.Response], bool]:
     """/health says: ``version`` is live and the history (``consumed`` records) is in the features."""
     return lambda r: (r.status_code == 200 and r.json()["model"]["version"] == version
@@ -310,12 +270,10 @@ def _explain_every_payment(work: Path, env: dict[str, str], bodies: list[bytes],
     """Ours again (a fresh process, same history, same payments) with ``explain_min_score = 0``:
     what occlusion on every payment would cost."""
     conf = _conf_dir(work, "conf-explain-all", explain_min_score=0.0)
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    with _process(_ours_command(port), {**env, ENV_VAR_CONF_DIR: str(conf)}, work / "ours-explain-all.log") as proc:
-        _wait_ready(f"{url}/health", proc, work / "ours-explain-all.log", _ours_ready(version, consumed))
-        asyncio.run(_load(f"{url}/score", bodies[:WARMUP_REQUESTS]))
-        return asyncio.run(_load(f"{url}/score", bodies[WARMUP_REQUESTS:]))
+    with ServerProcess.fraudctl_serve({**env, ENV_VAR_CONF_DIR: str(conf)}, work / "ours-explain-all.log") as ours:
+        ours.wait_until("/health", _ours_ready(version, consumed), START_TIMEOUT_S)
+        asyncio.run(_load(f"{ours.url}/score", bodies[:WARMUP_REQUESTS]))
+        return asyncio.run(_load(f"{ours.url}/score", bodies[WARMUP_REQUESTS:]))
 
 
 def _bodies(today: pd.DataFrame, features: pd.DataFrame) -> tuple[list[bytes], list[bytes]]:
@@ -382,18 +340,18 @@ def _run(work: Path, env: dict[str, str], broker: EmbeddedBroker, n: int, quick:
         report = publish_records(kafka, topic, kind, records)
         assert report.ok, report.errors
 
-    ours_port, mlflow_port = free_port(), free_port()
+    mlflow_port = free_port()
     mlflow_cmd = [str(Path(sys.executable).parent / "mlflow"), "models", "serve",
                   "-m", f"models:/{registry.model_name}@{CHAMPION}", "--env-manager", "local",
                   "-h", "127.0.0.1", "-p", str(mlflow_port)]
     mlflow_env = _mlflow_env(env, resolved_tracking_uri(registry))
-    ours_url, mlflow_url = f"http://127.0.0.1:{ours_port}", f"http://127.0.0.1:{mlflow_port}"
     ours_bodies, mlflow_bodies = _bodies(today, features)
     consumed = len(history) + len(labels)
-    with _process(_ours_command(ours_port), env, work / "ours.log") as ours, \
-            _process(mlflow_cmd, mlflow_env, work / "mlflow.log") as theirs:
-        _wait_ready(f"{ours_url}/health", ours, work / "ours.log", _ours_ready(v1, consumed))
-        _wait_ready(f"{mlflow_url}/ping", theirs, work / "mlflow.log", lambda r: r.status_code == 200)
+    with ServerProcess.fraudctl_serve(env, work / "ours.log") as ours, \
+            ServerProcess(mlflow_cmd, mlflow_env, work / "mlflow.log", mlflow_port) as theirs:
+        ours.wait_until("/health", _ours_ready(v1, consumed), START_TIMEOUT_S)
+        theirs.wait_until("/ping", timeout_s=START_TIMEOUT_S)
+        ours_url, mlflow_url = ours.url, theirs.url
         asyncio.run(_load(f"{ours_url}/score", ours_bodies[:WARMUP_REQUESTS]))
         asyncio.run(_load(f"{mlflow_url}/invocations", mlflow_bodies[:WARMUP_REQUESTS]))
         ours_result = asyncio.run(_load(f"{ours_url}/score", ours_bodies[WARMUP_REQUESTS:]))

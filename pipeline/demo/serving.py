@@ -20,9 +20,6 @@ broker stops last):
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -35,20 +32,16 @@ from typing import Any
 import httpx
 import numpy as np
 
-from pipeline.config import PROJECT_ROOT
 from pipeline.decisions.operating_points import OperatingPoints, operating_points_from_tags
-from pipeline.kafka.broker import free_port
 from pipeline.kafka.settings import KafkaConfig
 from pipeline.nightly.records import GateOutcome, NightLedger, NightReport
 from pipeline.registry.config import RegistryConfig
 from pipeline.serving.config import ADMIN_TOKEN_ENV, load_serving_config
+from pipeline.serving.process import ServerProcess, ServiceFailed
 from pipeline.simulation import GENUINE, PATTERNS, Simulation
 
-HOST = "127.0.0.1"  # the demo's service is never reachable from outside this machine
-FRAUDCTL = "from pipeline.cli.main import cli; cli()"  # `fraudctl`, from this interpreter's environment
 READY_TIMEOUT_S = 300.0  # imports, model load and feature seeding on a busy 2-core machine
 RELOAD_GRACE_S = 60.0  # beyond one alias poll: fetching and warming up the new version
-STOP_TIMEOUT_S = 30.0  # uvicorn drains, the service stops its threads; then SIGKILL
 WATCH_INTERVAL_S = 0.5
 LIVE_PAYMENTS = 8
 LIVE_FRAUDS = 3  # of distinct patterns, where the day has that many
@@ -56,10 +49,6 @@ STOPPING = ("review", "block")  # decisions that keep a payment from going throu
 EXPLICIT = "the explicit thresholds of serving.toml (the version ships no operating points)"
 
 Echo = Callable[[str], None]
-
-
-class ServiceFailed(RuntimeError):
-    """The scoring service did not start, answer or reload; the message points at its log."""
 
 
 @dataclass(frozen=True)
@@ -133,54 +122,11 @@ def serving_summary(served: ServingFigures | None) -> list[str]:
             f"   {served.reload}; stopped, log {served.log}"]
 
 
-class ServiceProcess:
-    """``fraudctl serve`` as a child process on a free loopback port, logging to ``log``."""
-
-    def __init__(self, env: str, kafka: KafkaConfig, log: Path) -> None:
-        self.env, self.kafka, self.log = env, kafka, log
-        self.port = free_port(HOST)
-        self.url = f"http://{HOST}:{self.port}"
-        self.process: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        environment = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": self.kafka.bootstrap_servers,
-                       ADMIN_TOKEN_ENV: ""}  # admin endpoints off: the demo only scores and watches
-        with self.log.open("ab") as out:  # the child keeps its own descriptor
-            self.process = subprocess.Popen(
-                [sys.executable, "-c", FRAUDCTL, "--env", self.env, "serve", "--host", HOST, "--port", str(self.port)],
-                cwd=PROJECT_ROOT, env=environment, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-
-    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
-        """Until ``/ready`` answers 200; ServiceFailed when the process exits or the time runs out."""
-        deadline = time.monotonic() + timeout_s
-        with httpx.Client(base_url=self.url, timeout=5.0) as http:
-            while time.monotonic() < deadline:
-                self.check_alive()
-                try:
-                    if http.get("/ready").status_code == 200:
-                        return
-                except httpx.TransportError:
-                    pass  # not listening yet
-                time.sleep(0.5)
-        raise ServiceFailed(f"the scoring service on {self.url} was not ready after {timeout_s:.0f}s: see {self.log}")
-
-    def check_alive(self) -> None:
-        if self.process is not None and self.process.poll() is not None:
-            raise ServiceFailed(f"the scoring service exited with code {self.process.returncode}: see {self.log}")
-
-    def stop(self) -> int | None:
-        """SIGTERM (uvicorn drains, the service stops its threads), SIGKILL after STOP_TIMEOUT_S; the exit code."""
-        if self.process is None:
-            return None
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(STOP_TIMEOUT_S)
-        return self.process.returncode
+def service_process(env: str, kafka: KafkaConfig, log: Path) -> ServerProcess:
+    """``fraudctl serve`` for the demo (not started): conf ``env``, the demo's broker, admin endpoints off."""
+    environment = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka.bootstrap_servers,
+                   ADMIN_TOKEN_ENV: ""}  # the demo only scores and watches
+    return ServerProcess.fraudctl_serve(environment, log, env=env)
 
 
 class VersionWatch:
@@ -220,7 +166,7 @@ class ServingStep:
         self.poll_interval_s = serving.model.poll_interval_s
         self.max_batch_items = serving.server.max_batch_items
         self.scores_topic = serving.scores.topic
-        self.service: ServiceProcess | None = None
+        self.service: ServerProcess | None = None
         self.watch: VersionWatch | None = None
         self.started_on: int | None = None  # the champion when the service started
 
@@ -256,7 +202,7 @@ class ServingStep:
         if self.service is None:
             self._start(champion)
         self.echo("   waiting for /ready (model loaded, online features seeded from the raw store and Kafka)")
-        self.service.wait_ready()
+        self.service.wait_until("/ready", timeout_s=READY_TIMEOUT_S)
         reload = self._await_champion(night, champion)
         self.echo(f"   {reload}")
         points = self._operating_points(champion)
@@ -285,8 +231,7 @@ class ServingStep:
         return operating_points_from_tags(tags)
 
     def _start(self, champion: int) -> None:
-        self.service = ServiceProcess(self.env, self.kafka, self.log)
-        self.service.start()
+        self.service = service_process(self.env, self.kafka, self.log).start()
         self.started_on = champion
         self.watch = VersionWatch(self.service.url)
         self.watch.start()

@@ -9,8 +9,6 @@ import dataclasses
 import re
 from pathlib import Path
 
-import pytest
-
 from pipeline.contract import Kind, validate_object
 from pipeline.demo.dirty import publish_raw
 from pipeline.demo.scores_log import replay_scores, save_scores
@@ -18,15 +16,15 @@ from pipeline.demo.serving import (
     LIVE_FRAUDS,
     LIVE_PAYMENTS,
     LivePayment,
-    ServiceFailed,
-    ServiceProcess,
     ServingFigures,
     decision_line,
     pick_live_payments,
+    service_process,
     serving_summary,
 )
 from pipeline.kafka.reader import read_topic
 from pipeline.kafka.settings import KafkaConfig
+from pipeline.serving.config import ADMIN_TOKEN_ENV
 from pipeline.simulation import GENUINE, load_simulation_config, simulate
 
 # One day of a small portfolio with a high fraud rate: every pattern shows up.
@@ -67,16 +65,12 @@ def test_summary_without_a_champion_says_the_service_did_not_start():
     assert serving_summary(None) == ["   scoring service: not started (no champion yet)"]
 
 
-def test_a_service_that_exits_is_reported_with_its_log(tmp_path, state_dir):
-    service = ServiceProcess("no-such-env", KafkaConfig(), tmp_path / "serving.log")
-    assert service.url.startswith("http://127.0.0.1:")
-    service.start()
-    try:
-        with pytest.raises(ServiceFailed, match=r"exited with code 1: see .*serving\.log"):
-            service.wait_ready(timeout_s=120)
-    finally:
-        assert service.stop() == 1
-    assert "no-such-env" in (tmp_path / "serving.log").read_text()
+def test_the_demo_service_runs_the_conf_env_on_the_demo_broker_with_admin_off(tmp_path):
+    service = service_process("dev", KafkaConfig(bootstrap_servers="127.0.0.1:19092"), tmp_path / "serving.log")
+    assert service.url == f"http://127.0.0.1:{service.port}" and service.process is None
+    assert service.command[service.command.index("--env") + 1] == "dev"
+    assert service.environment["KAFKA_BOOTSTRAP_SERVERS"] == "127.0.0.1:19092"
+    assert service.environment[ADMIN_TOKEN_ENV] == ""
 
 
 def _figures(**changes) -> ServingFigures:

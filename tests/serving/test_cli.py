@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
-import time
 from dataclasses import replace
 
 import httpx
@@ -14,43 +11,24 @@ import pytest
 from click.testing import CliRunner
 
 from pipeline.cli.main import cli
-from pipeline.config import PROJECT_ROOT
-from pipeline.kafka.broker import free_port
 from pipeline.registry.store import CHAMPION, connect
 from pipeline.serving.config import ADMIN_TOKEN_ENV
+from pipeline.serving.process import ServerProcess
 from tests.serving import factory
-
-FRAUDCTL = "from pipeline.cli.main import cli; cli()"
 
 
 @pytest.mark.slow
-def test_serve_runs_until_sigterm_and_answers_on_loopback(config, logged):
+def test_serve_runs_until_sigterm_and_answers_on_loopback(config, logged, tmp_path):
     dev = replace(config, model_name="fraud-detector")  # the name conf/dev/registry.toml serves
     version = factory.register(dev, logged.good)
     connect(dev).set_registered_model_alias(dev.model_name, CHAMPION, str(version))
-    port = free_port()
     env = {**os.environ, ADMIN_TOKEN_ENV: "", "FRAUD_ENV": "dev"}
-    proc = subprocess.Popen([sys.executable, "-c", FRAUDCTL, "serve", "--port", str(port), "--no-kafka"],
-                            cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        ready = None
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                ready = httpx.get(f"http://127.0.0.1:{port}/ready", timeout=2)
-                break
-            except httpx.TransportError:
-                time.sleep(0.2)
-        assert ready is not None and ready.status_code == 200, proc.stdout.read() if proc.poll() is not None else ""
-        assert httpx.get(f"http://127.0.0.1:{port}/health").json()["model"]["version"] == version
-        proc.send_signal(signal.SIGTERM)
+    with ServerProcess.fraudctl_serve(env, tmp_path / "serve.log", options=["--no-kafka"]) as server:
+        server.wait_until("/ready", timeout_s=120)
+        assert httpx.get(f"{server.url}/health").json()["model"]["version"] == version
         # uvicorn drains, runs the lifespan shutdown (the service stops), then re-raises the signal.
-        assert proc.wait(60) == -signal.SIGTERM
-        assert "Application shutdown complete" in proc.stdout.read()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
+        assert server.stop() == -signal.SIGTERM
+    assert "Application shutdown complete" in (tmp_path / "serve.log").read_text()
 
 
 def test_serve_refuses_an_invalid_port():
