@@ -44,7 +44,8 @@ from pipeline.ingest.id_index import Entries, IdIndex, counter_layout, segment_s
 from pipeline.ingest.identity import transaction_id_hashes
 from pipeline.ingest.job import run_raw_ingest
 from pipeline.ingest.progress import quiet
-from pipeline.ingest.raw_store import RawStore
+from pipeline.ingest.raw_layout import RawStore
+from pipeline.ingest.raw_store import read_raw_table
 from pipeline.ingest.session import build_spark_session
 from pipeline.kafka.admin import end_offsets
 from pipeline.kafka.broker import EmbeddedBroker, free_port
@@ -314,8 +315,8 @@ def _time_features(spark, store: RawStore, config: IngestConfig) -> tuple[int, f
     """(rows, first seconds, second seconds) to compute every feature of every ingested transaction
     (Spark's no-op sink). The first build also starts the Python workers of the kernel's passes (as a
     nightly job does once); the second is the feature stage itself."""
-    tx = store.read(spark, Kind.TRANSACTION).cache()
-    labels = store.read(spark, Kind.LABEL).cache()
+    tx = read_raw_table(spark, store, Kind.TRANSACTION).cache()
+    labels = read_raw_table(spark, store, Kind.LABEL).cache()
     rows = tx.count()  # materialise the inputs: time the features, not the Parquet scan
     labels.count()
     seconds = []

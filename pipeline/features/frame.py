@@ -20,7 +20,7 @@ from pipeline.features.kernel import (
     merchant_features,
     time_features,
 )
-from pipeline.features.transforms import FeatureParams
+from pipeline.features.params import FeatureParams
 
 
 def epoch_micros(column: pd.Series) -> np.ndarray:

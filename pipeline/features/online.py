@@ -38,7 +38,7 @@ from pipeline.features.kernel import (
     merchant_features,
     time_features,
 )
-from pipeline.features.transforms import FeatureParams
+from pipeline.features.params import FeatureParams
 
 
 @dataclass(frozen=True)

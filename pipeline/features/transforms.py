@@ -14,7 +14,6 @@ What stays here is relational: which fraud reports become merchant events (a joi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 
 from pyspark.sql import Column, DataFrame
@@ -22,25 +21,9 @@ from pyspark.sql import functions as F
 
 from pipeline.datasets.manifest import REPORTED_AT_COLUMN
 from pipeline.features import definitions as fd
+from pipeline.features.kernel import US_PER_DAY
+from pipeline.features.params import FeatureParams
 from pipeline.features.spark_kernel import TS_US, apply_feature_kernel
-
-US_PER_SECOND = 1_000_000
-US_PER_DAY = fd.DAY_SECONDS * US_PER_SECOND
-
-
-@dataclass(frozen=True)
-class FeatureParams:
-    """Knobs of the label-derived features (``[features]`` in ingest.toml)."""
-
-    # A fraud report is usable by features only this long after reported_at (case-handling lag).
-    label_delay_hours: float = 24.0
-    # A report counts toward its merchant's fraud rate only if its transaction happened at most this
-    # long before the report (bounds how far back the raw store is read to find the merchant).
-    label_match_days: int = 90
-
-    @property
-    def label_delay_us(self) -> int:
-        return int(self.label_delay_hours * 3600 * US_PER_SECOND)
 
 
 def utc_date(ts_us: Column) -> Column:

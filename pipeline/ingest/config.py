@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 from pipeline.config import ConfigError, env_override, load_section
-from pipeline.features.transforms import FeatureParams
+from pipeline.features.params import FeatureParams
 from pipeline.paths import resolve_state_path, state_dir
 
 

@@ -36,10 +36,12 @@ from pipeline.datasets.manifest import (
     publish_manifest,
 )
 from pipeline.features import definitions as fd
-from pipeline.features.transforms import FeatureParams, build_features, first_fraud_reports, labels_as_of
+from pipeline.features.params import FeatureParams
+from pipeline.features.transforms import build_features, first_fraud_reports, labels_as_of
 from pipeline.ingest.config import DatasetConfig
 from pipeline.ingest.dataset_plan import SPLITS, DatasetPlan, check_raw_rows, check_split_sizes, split_counts
-from pipeline.ingest.raw_store import RawStore
+from pipeline.ingest.raw_layout import RawStore
+from pipeline.ingest.raw_store import read_raw_table
 from pipeline.ingest.shards import SHARD_SCHEMA, write_empty_shards, write_shards
 
 
@@ -61,9 +63,9 @@ class DatasetSummary:
 
 def dataset_rows(spark: SparkSession, store: RawStore, plan: DatasetPlan, params: FeatureParams) -> DataFrame:
     """Feature rows with their label for the plan's dates (lazy)."""
-    tx = store.read(spark, Kind.TRANSACTION, plan.feature_history_start(), plan.last_date)
-    history = store.read(spark, Kind.TRANSACTION, plan.label_match_start(params), plan.last_date)
-    labels = store.read(spark, Kind.LABEL, plan.label_history_start(params), plan.label_cutoff)
+    tx = read_raw_table(spark, store, Kind.TRANSACTION, plan.feature_history_start(), plan.last_date)
+    history = read_raw_table(spark, store, Kind.TRANSACTION, plan.label_match_start(params), plan.last_date)
+    labels = read_raw_table(spark, store, Kind.LABEL, plan.label_history_start(params), plan.label_cutoff)
     features = build_features(tx, labels, params, history=history)
     in_window = features.filter(F.col("event_date").between(F.lit(plan.first_date), F.lit(plan.last_date)))
     # Train and validation rows take labels as known at the train cutoff (the gap's end), the rest

@@ -28,7 +28,7 @@ from datetime import UTC, date, datetime, time, timedelta
 
 from pipeline.datasets.manifest import DateWindow, ShardInfo
 from pipeline.features.definitions import LOOKBACK_DAYS
-from pipeline.features.transforms import FeatureParams
+from pipeline.features.params import FeatureParams
 from pipeline.ingest.config import DatasetConfig
 
 SPLITS = ("train", "validation", "test")

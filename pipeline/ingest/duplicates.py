@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 from pipeline.contract import Kind, RejectReason
 from pipeline.ingest.id_index import IdIndex, Matches
 from pipeline.ingest.identity import IDENTITY_BY_KIND, RowHashes
-from pipeline.ingest.raw_store import DATE_COLUMN_BY_KIND, RUN_ID, TABLE_BY_KIND
+from pipeline.ingest.raw_layout import DATE_COLUMN_BY_KIND, RUN_ID, TABLE_BY_KIND
 from pipeline.ingest.validate import DETAIL, FIELD, REASON
 
 ARRIVAL = "kafka_timestamp"

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 from pipeline.contract import FIELDS_BY_KIND, Kind
 from pipeline.ingest.id_index import EPOCH, Entries, segment_name
 from pipeline.ingest.identity import content_hashes, identity_hashes
-from pipeline.ingest.raw_store import TABLE_BY_KIND, RawStore
+from pipeline.ingest.raw_layout import TABLE_BY_KIND, RawStore
 
 
 def committed_entries(store: RawStore, kind: Kind) -> Entries:

@@ -34,8 +34,8 @@ from pipeline.ingest.dataset_plan import DatasetPlan, DatasetTooSmall, PlanError
 from pipeline.ingest.kafka_source import KafkaReadError
 from pipeline.ingest.offsets import OffsetGapError
 from pipeline.ingest.progress import Progress, StageRecord
-from pipeline.ingest.raw_ingest import land_and_commit, prepare_run
-from pipeline.ingest.raw_store import IngestLocked, RawStore
+from pipeline.ingest.raw_ingest import IngestRun, land_and_commit, prepare_run
+from pipeline.ingest.raw_layout import IngestLocked, RawStore
 from pipeline.ingest.run_log import RUN_LOG_NOTE, RunLog, routed_python_logs, run_log_for
 from pipeline.ingest.session import build_spark_session
 from pipeline.kafka.admin import KafkaUnavailable
@@ -92,10 +92,19 @@ def _session(config: IngestConfig, spark: SparkSession | None, master: str | Non
         own.stop()
 
 
-def _run(config: IngestConfig, kafka: KafkaConfig | None, mode: str, plan_for, *, allow_data_loss: bool,
-         master: str | None, spark: SparkSession | None, progress: Progress | None) -> IngestReport:
+@dataclass(frozen=True)
+class JobOptions:
+    """How a job runs, the same for every mode: the entry points' keyword options."""
+
+    allow_data_loss: bool = False  # plan past offsets Kafka no longer holds (counted as lost)
+    master: str | None = None  # Spark master for a session built here
+    spark: SparkSession | None = None  # the caller's session (else the active one, else built)
+    progress: Progress | None = None
+
+
+def _run(config: IngestConfig, kafka: KafkaConfig | None, mode: str, plan_for, options: JobOptions) -> IngestReport:
     """Lock, optionally land Kafka records, optionally build ``plan_for(store)``'s dataset."""
-    progress = progress or Progress()
+    progress, allow_data_loss = options.progress or Progress(), options.allow_data_loss
     run_id = new_run_id()
     store = RawStore(config.raw.root())
     run_log = run_log_for(config.logs, run_id)
@@ -104,9 +113,9 @@ def _run(config: IngestConfig, kafka: KafkaConfig | None, mode: str, plan_for, *
         plans = prepare_run(store, kafka, allow_data_loss, progress) if kafka is not None else None
         # Plan the dataset before Spark starts when the raw store will not change (fail fast).
         plan: DatasetPlan | None = plan_for(store) if plan_for is not None and plans is None else None
-        with _session(config, spark, master, run_log) as session:
-            landed = (land_and_commit(session, store, config, kafka, plans, run_id, allow_data_loss, progress)
-                      if plans is not None else None)
+        with _session(config, options.spark, options.master, run_log) as session:
+            landed = (land_and_commit(IngestRun.begin(session, store, config, kafka, run_id, allow_data_loss, progress),
+                                      plans) if plans is not None else None)
             dataset = None
             if plan_for is not None:
                 plan = plan or plan_for(store)
@@ -123,8 +132,7 @@ def run_nightly(config: IngestConfig, kafka: KafkaConfig, run_date: date, *, all
                 progress: Progress | None = None) -> IngestReport:
     """Kafka -> raw store, then the dataset with label cutoff ``run_date`` (see dataset_plan)."""
     plan = plan_nightly(run_date, config.dataset)  # pure: a bad window fails before anything starts
-    return _run(config, kafka, "nightly", lambda store: plan,
-                allow_data_loss=allow_data_loss, master=master, spark=spark, progress=progress)
+    return _run(config, kafka, "nightly", lambda store: plan, JobOptions(allow_data_loss, master, spark, progress))
 
 
 def run_backfill(config: IngestConfig, kafka: KafkaConfig | None, start: date, end: date, *,
@@ -133,15 +141,14 @@ def run_backfill(config: IngestConfig, kafka: KafkaConfig | None, start: date, e
     """Rebuild the dataset for ``[start, end]`` from the raw store (first from Kafka if ``from_kafka``)."""
     return _run(config, kafka if from_kafka else None, "backfill",
                 lambda store: plan_backfill(start, end, config.dataset, data_until(store)),
-                allow_data_loss=allow_data_loss, master=master, spark=spark, progress=progress)
+                JobOptions(allow_data_loss, master, spark, progress))
 
 
 def run_raw_ingest(config: IngestConfig, kafka: KafkaConfig, *, allow_data_loss: bool = False,
                    master: str | None = None, spark: SparkSession | None = None,
                    progress: Progress | None = None) -> IngestReport:
     """Only Kafka -> raw store (used by the benchmark)."""
-    return _run(config, kafka, "raw", None, allow_data_loss=allow_data_loss, master=master, spark=spark,
-                progress=progress)
+    return _run(config, kafka, "raw", None, JobOptions(allow_data_loss, master, spark, progress))
 
 
 def failure_message(exc: BaseException) -> str | None:

@@ -11,7 +11,7 @@ bytes go Kafka -> Arrow -> Parquet without row conversions.
 Safe to retry: file names derive from (topic, partition, first offset, date), and every file is
 written under a dot-name and renamed when complete (:func:`pipeline.atomic.atomic_path`), so a
 retried task replaces its own files.
-Nothing written here is visible before the run commits (see :mod:`pipeline.ingest.raw_store`).
+Nothing written here is visible before the run commits (see :mod:`pipeline.ingest.raw_layout`).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from pipeline.ingest.duplicates import COPY_REASONS, mark_store_copies
 from pipeline.ingest.id_index import IdIndex
 from pipeline.ingest.identity import RowHashes
 from pipeline.ingest.kafka_source import BatchTransform
-from pipeline.ingest.raw_store import (
+from pipeline.ingest.raw_layout import (
     DATE_COLUMN_BY_KIND,
     PAYLOAD,
     QUARANTINE,

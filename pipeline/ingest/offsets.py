@@ -7,7 +7,7 @@ without the store. :class:`OffsetStore` replaces the file atomically (write temp
 commit intact and the next run re-reads exactly the uncommitted range.
 
 The file also lists the committed run ids: raw files of any other run are invisible to readers
-(see :mod:`pipeline.ingest.raw_store`).
+(see :mod:`pipeline.ingest.raw_layout`).
 """
 
 from __future__ import annotations

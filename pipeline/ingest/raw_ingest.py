@@ -39,11 +39,34 @@ from pipeline.ingest.landing import ChunkSummary, landing_transform, parse_summa
 from pipeline.ingest.offsets import OffsetPlan, plan_offset_ranges
 from pipeline.ingest.orphans import count_orphan_labels
 from pipeline.ingest.progress import Progress
-from pipeline.ingest.raw_store import TABLE_BY_KIND, RawStore
+from pipeline.ingest.raw_layout import TABLE_BY_KIND, RawStore
 from pipeline.ingest.run_copies import RunCopies, settle_copies
 from pipeline.ingest.timing import LATENESS_SCREENED, TimingRules
 from pipeline.kafka.admin import end_offsets
 from pipeline.kafka.settings import KafkaConfig
+
+
+@dataclass(frozen=True)
+class IngestRun:
+    """What every step of one run shares: where it writes, with which settings, under which id.
+    Built once the store is locked (``ordinal`` is then this run's place in the commit log)."""
+
+    spark: SparkSession
+    store: RawStore
+    config: IngestConfig
+    kafka: KafkaConfig
+    run_id: str
+    started: datetime
+    ordinal: int
+    allow_data_loss: bool
+    progress: Progress
+
+    @staticmethod
+    def begin(spark: SparkSession, store: RawStore, config: IngestConfig, kafka: KafkaConfig, run_id: str,
+              allow_data_loss: bool, progress: Progress) -> IngestRun:
+        """The run starting now; call with the store locked (no other run commits before this one)."""
+        return IngestRun(spark, store, config, kafka, run_id, datetime.now(UTC), len(store.committed().runs),
+                         allow_data_loss, progress)
 
 
 @dataclass(frozen=True)
@@ -71,16 +94,16 @@ def plan_run(store: RawStore, kafka: KafkaConfig, allow_data_loss: bool) -> dict
             for kind, topic in topics_by_kind(kafka).items()}
 
 
-def land_topic(spark: SparkSession, store: RawStore, config: IngestConfig, kafka: KafkaConfig, plan: OffsetPlan,
-               kind: Kind, run_id: str, run_started: datetime, allow_data_loss: bool) -> list[ChunkSummary]:
+def land_topic(run: IngestRun, plan: OffsetPlan, kind: Kind) -> list[ChunkSummary]:
     """Read, validate, screen and write one topic's planned ranges (in the read tasks)."""
+    store, raw = run.store, run.config.raw
     # Unscreened kinds start from no watermark, so they report none and commit none.
     watermarks = store.committed().watermarks.get(plan.topic, {}) if kind in LATENESS_SCREENED else {}
-    rules = TimingRules(config.raw.max_lateness_days, config.raw.max_clock_skew_s,
-                        int(run_started.timestamp() * 1_000_000), watermarks)
-    transform = landing_transform(kind, rules, run_id, store.root, store.id_index(kind), store.committed().runs,
-                                  config.raw.quarantine_duplicates)
-    landed = read_kafka(spark, kafka, list(plan.ranges), config.source, allow_data_loss, transform)
+    rules = TimingRules(raw.max_lateness_days, raw.max_clock_skew_s, int(run.started.timestamp() * 1_000_000),
+                        watermarks)
+    transform = landing_transform(kind, rules, run.run_id, store.root, store.id_index(kind), store.committed().runs,
+                                  raw.quarantine_duplicates)
+    landed = read_kafka(run.spark, run.kafka, list(plan.ranges), run.config.source, run.allow_data_loss, transform)
     return parse_summaries(landed.collect())
 
 
@@ -93,32 +116,30 @@ class _Landed:
     watermarks: dict[int, int]
 
 
-def land(spark: SparkSession, store: RawStore, config: IngestConfig, kafka: KafkaConfig, plan: OffsetPlan,
-         kind: Kind, run_id: str, run_started: datetime, allow_data_loss: bool, progress: Progress) -> _Landed:
-    """Land one topic's planned ranges under ``run_id`` (a Spark job; nothing when nothing is planned)."""
+def land(run: IngestRun, plan: OffsetPlan, kind: Kind) -> _Landed:
+    """Land one topic's planned ranges under the run's id (a Spark job; nothing when nothing is planned)."""
     if plan.records == 0:  # nothing new: skip the Spark job, account zeros
         return _Landed({}, {}, {})
-    with progress.stage(f"{kind.value}s: read + validate + land") as counts:
-        chunks = land_topic(spark, store, config, kafka, plan, kind, run_id, run_started, allow_data_loss)
-        read, outcomes, watermarks = merge_summaries(chunks)
+    with run.progress.stage(f"{kind.value}s: read + validate + land") as counts:
+        read, outcomes, watermarks = merge_summaries(land_topic(run, plan, kind))
         counts.update(read=sum(read.values()), accepted=outcomes.get(None, 0),
                       quarantined=sum(n for r, n in outcomes.items() if r is not None))
     return _Landed(read, outcomes, watermarks)
 
 
-def check_landed(store: RawStore, config: IngestConfig, plan: OffsetPlan, kind: Kind, run_id: str, run_ordinal: int,
-                 landed: _Landed, progress: Progress, transactions: LandedTopic | None = None) -> LandedTopic:
+def check_landed(run: IngestRun, plan: OffsetPlan, kind: Kind, landed: _Landed,
+                 transactions: LandedTopic | None = None) -> LandedTopic:
     """Settle the landed topic's copies, count orphan labels, check the accounting (on the driver).
-    ``run_ordinal``: the run's place in the commit log once committed. Labels need this run's
-    ``transactions`` checked first."""
+    Labels need this run's ``transactions`` checked first."""
     if plan.records == 0:
         return LandedTopic(account(plan, kind.value, {}, {}), {}, RunCopies.none())
-    with progress.stage(f"{kind.value}s: duplicates + check") as counts:
-        copies = settle_copies(store, kind, run_id, run_ordinal, config.raw.quarantine_duplicates)
-        orphans = count_orphan_labels(store.run_files(run_id, Kind.LABEL)[0], store.id_index(Kind.TRANSACTION),
+    store, raw = run.store, run.config.raw
+    with run.progress.stage(f"{kind.value}s: duplicates + check") as counts:
+        copies = settle_copies(store, kind, run.run_id, run.ordinal, raw.quarantine_duplicates)
+        orphans = count_orphan_labels(store.run_files(run.run_id, Kind.LABEL)[0], store.id_index(Kind.TRANSACTION),
                                       transactions.copies.kept.ids) if kind is Kind.LABEL else 0
         accounting = account(plan, kind.value, landed.read, landed.outcomes, copies.moves, orphans)
-        verify_landed(accounting, *store.count_run_rows(run_id, kind), config.raw.quarantine_duplicates)
+        verify_landed(accounting, *store.count_run_rows(run.run_id, kind), raw.quarantine_duplicates)
         counts.update(duplicates=accounting.duplicates, valid=accounting.valid)
         if copies.moves.conflicting:
             counts["conflicting_duplicates"] = copies.moves.conflicting
@@ -143,36 +164,30 @@ def prepare_run(store: RawStore, kafka: KafkaConfig, allow_data_loss: bool, prog
     return plans
 
 
-def land_and_commit(spark: SparkSession, store: RawStore, config: IngestConfig, kafka: KafkaConfig,
-                    plans: dict[Kind, OffsetPlan], run_id: str, allow_data_loss: bool,
-                    progress: Progress) -> IngestResult:
-    """Steps 3-5: land every planned range under ``run_id``, then commit. Call with the store locked."""
-    run_started = datetime.now(UTC)
-    ordinal = len(store.committed().runs)  # the store is locked: no other run commits before this one
+def land_and_commit(run: IngestRun, plans: dict[Kind, OffsetPlan]) -> IngestResult:
+    """Steps 3-5: land every planned range under the run's id, then commit. Call with the store locked."""
     tx, labels = plans[Kind.TRANSACTION], plans[Kind.LABEL]
-    landed_tx = land(spark, store, config, kafka, tx, Kind.TRANSACTION, run_id, run_started, allow_data_loss, progress)
+    landed_tx = land(run, tx, Kind.TRANSACTION)
     # The labels' Spark job runs while the driver checks the transactions' duplicates (Arrow, mostly
     # without the GIL): the two overlap instead of queueing. Leaving the pool waits for the labels'
     # job, so a failed check never leaves it running; its files stay uncommitted (step 1 discards them).
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="land-labels") as pool:
-        landing_labels = pool.submit(contextvars.copy_context().run, land, spark, store, config, kafka, labels,
-                                     Kind.LABEL, run_id, run_started, allow_data_loss, progress)
-        checked_tx = check_landed(store, config, tx, Kind.TRANSACTION, run_id, ordinal, landed_tx, progress)
+        landing_labels = pool.submit(contextvars.copy_context().run, land, run, labels, Kind.LABEL)
+        checked_tx = check_landed(run, tx, Kind.TRANSACTION, landed_tx)
         landed_labels = landing_labels.result()
     # Counting orphan labels looks at this run's kept transactions.
-    landed = {Kind.TRANSACTION: checked_tx,
-              Kind.LABEL: check_landed(store, config, labels, Kind.LABEL, run_id, ordinal, landed_labels, progress,
-                                       checked_tx)}
+    landed = {Kind.TRANSACTION: checked_tx, Kind.LABEL: check_landed(run, labels, Kind.LABEL, landed_labels, checked_tx)}
     accounting = tuple(t.accounting for t in landed.values())
-    with progress.stage("commit") as counts:
-        manifest = store.write_run_manifest(run_id, {
-            "run_id": run_id, "started_at": run_started.isoformat(), "bootstrap_servers": kafka.bootstrap_servers,
+    store, ordinal = run.store, run.ordinal
+    with run.progress.stage("commit") as counts:
+        manifest = store.write_run_manifest(run.run_id, {
+            "run_id": run.run_id, "started_at": run.started.isoformat(), "bootstrap_servers": run.kafka.bootstrap_servers,
             "accounting": [a.to_dict() for a in accounting],
         })
         index = {TABLE_BY_KIND[kind]: store.id_index(kind).with_run(ordinal, t.copies.kept) for kind, t in landed.items()}
-        committed = store.offsets.commit(run_id, list(plans.values()),
+        committed = store.offsets.commit(run.run_id, list(plans.values()),
                                          {plans[kind].topic: t.watermarks for kind, t in landed.items()}, index)
         for kind in landed:  # the segments this commit merged away
             store.id_index(kind, committed.index[TABLE_BY_KIND[kind]]).discard_unlisted()
         counts["run_manifest"] = manifest.name
-    return IngestResult(run_id, accounting, str(manifest))
+    return IngestResult(run.run_id, accounting, str(manifest))

@@ -42,7 +42,7 @@ from pipeline.ingest.duplicates import (
 )
 from pipeline.ingest.id_index import Entries, Matches
 from pipeline.ingest.identity import IDENTITY_BY_KIND, content_hashes, from_int64, identity_hashes
-from pipeline.ingest.raw_store import (
+from pipeline.ingest.raw_layout import (
     PAYLOAD,
     QUARANTINE,
     RUN_ID,

@@ -30,7 +30,7 @@ from pipeline.decisions.operating_points import (
     OperatingPoints,
     operating_points_from_tags,
 )
-from pipeline.ingest.raw_store import RawStore
+from pipeline.ingest.raw_layout import RawStore
 from pipeline.kafka.admin import KafkaUnavailable
 from pipeline.kafka.reader import ConsumedRecord, read_topic
 from pipeline.kafka.settings import KafkaConfig, with_log_routing

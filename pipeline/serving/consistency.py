@@ -26,8 +26,8 @@ import pandas as pd
 from pipeline.contract import Kind
 from pipeline.features import definitions as fd
 from pipeline.features.frame import build_feature_frame
-from pipeline.features.transforms import FeatureParams
-from pipeline.ingest.raw_store import RawStore
+from pipeline.features.params import FeatureParams
+from pipeline.ingest.raw_layout import RawStore
 from pipeline.kafka.reader import read_topic
 from pipeline.kafka.settings import KafkaConfig
 from pipeline.serving.features import EPOCH, US, micros

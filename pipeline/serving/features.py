@@ -27,7 +27,7 @@ from typing import Any
 
 from pipeline.contract import parse_rfc3339
 from pipeline.features.online import OnlineFeatureState, Payment
-from pipeline.features.transforms import FeatureParams
+from pipeline.features.params import FeatureParams
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 US = timedelta(microseconds=1)

@@ -25,8 +25,8 @@ import pyarrow.dataset as pads
 from pipeline.contract import Kind
 from pipeline.features import definitions as fd
 from pipeline.features.online import Payment
-from pipeline.features.transforms import FeatureParams
-from pipeline.ingest.raw_store import DATE_COLUMN_BY_KIND, RawStore
+from pipeline.features.params import FeatureParams
+from pipeline.ingest.raw_layout import DATE_COLUMN_BY_KIND, RawStore
 from pipeline.serving.features import FeatureStore
 
 PAYMENT_COLUMNS = ("transaction_id", "card_id", "merchant_id", "event_time", "amount", "mcc", "channel", "country")

@@ -30,7 +30,7 @@ import torch
 
 from pipeline.contract import format_rfc3339
 from pipeline.features.online import Payment
-from pipeline.features.transforms import FeatureParams
+from pipeline.features.params import FeatureParams
 from pipeline.kafka.settings import KafkaConfig
 from pipeline.registry.config import RegistryConfig
 from pipeline.registry.store import CHALLENGER, CHAMPION

@@ -20,7 +20,8 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from pipeline.features import definitions as fd
-from pipeline.features.transforms import FeatureParams, fraud_known_events
+from pipeline.features.params import FeatureParams
+from pipeline.features.transforms import fraud_known_events
 
 US_PER_SECOND = 1_000_000
 US_PER_DAY = fd.DAY_SECONDS * US_PER_SECOND

@@ -9,7 +9,8 @@ import pytest
 
 from pipeline.features import definitions as fd
 from pipeline.features.online import OnlineFeatureState, Payment
-from pipeline.features.transforms import FeatureParams, build_features
+from pipeline.features.params import FeatureParams
+from pipeline.features.transforms import build_features
 from tests.features.test_transforms import DAY_DELAY, LABEL_SCHEMA, T0, TX_SCHEMA, D, H, _random_stream, tx
 
 US = 1_000_000

@@ -6,7 +6,8 @@ import pytest
 from pyspark.sql import functions as F
 
 from pipeline.features import definitions as fd
-from pipeline.features.transforms import FeatureParams, build_features
+from pipeline.features.params import FeatureParams
+from pipeline.features.transforms import build_features
 from tests.features.test_transforms import LABEL_SCHEMA
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

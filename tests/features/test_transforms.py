@@ -10,7 +10,8 @@ import pytest
 
 from pipeline.features import definitions as fd
 from pipeline.features.kernel import categorical_codes
-from pipeline.features.transforms import FeatureParams, build_features, labels_as_of
+from pipeline.features.params import FeatureParams
+from pipeline.features.transforms import build_features, labels_as_of
 from tests.features import spark_reference
 
 pytestmark = pytest.mark.spark

@@ -9,7 +9,7 @@ from datetime import UTC, date, datetime, timedelta
 import pytest
 
 from pipeline.datasets.manifest import DateWindow, ShardInfo
-from pipeline.features.transforms import FeatureParams
+from pipeline.features.params import FeatureParams
 from pipeline.ingest.config import DatasetConfig, SplitMinimums
 from pipeline.ingest.dataset_plan import (
     DatasetTooSmall,

@@ -21,7 +21,7 @@ from pipeline.ingest.config import SplitMinimums, load_ingest_config
 from pipeline.ingest.dataset_plan import DatasetTooSmall
 from pipeline.ingest.job import failure_message, run_backfill, run_nightly
 from pipeline.ingest.progress import quiet
-from pipeline.ingest.raw_store import RawStore
+from pipeline.ingest.raw_layout import RawStore
 from pipeline.kafka.producer import dumps_event, publish_records
 from tests.ingest.kafka_helpers import event_bytes, produce, small_simulation
 

@@ -25,7 +25,7 @@ from pipeline.datasets.manifest import load_manifest
 from pipeline.ingest.config import load_ingest_config
 from pipeline.ingest.job import run_nightly
 from pipeline.ingest.progress import quiet
-from pipeline.ingest.raw_store import RawStore
+from pipeline.ingest.raw_layout import RawStore
 from pipeline.kafka.broker import EmbeddedBroker, free_port
 from pipeline.kafka.producer import publish_records
 from pipeline.kafka.settings import KafkaConfig

@@ -17,7 +17,7 @@ from pipeline.ingest.id_index import Entries, IdIndex
 from pipeline.ingest.identity import content_hashes, identity_hashes
 from pipeline.ingest.kafka_source import ARROW_SCHEMA
 from pipeline.ingest.landing import land_stream, landing_transform, parse_summaries
-from pipeline.ingest.raw_store import PAYLOAD, QUARANTINE
+from pipeline.ingest.raw_layout import PAYLOAD, QUARANTINE
 from pipeline.ingest.timing import TimingRules
 from pipeline.ingest.validate import DETAIL, FIELD, REASON
 from tests.ingest.corpus import GOOD_LABEL, GOOD_TX, label, tx

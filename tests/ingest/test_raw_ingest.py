@@ -18,7 +18,7 @@ from pipeline.ingest.accounting import AccountingError
 from pipeline.ingest.config import load_ingest_config
 from pipeline.ingest.job import run_raw_ingest
 from pipeline.ingest.progress import Progress, print_summary
-from pipeline.ingest.raw_store import QUARANTINE, RawStore
+from pipeline.ingest.raw_layout import QUARANTINE, RawStore
 from pipeline.ingest.validate import DETAIL, REASON
 from tests.ingest.corpus import label, tx
 from tests.ingest.kafka_helpers import produce

@@ -24,7 +24,7 @@ from pipeline.ingest.identity import transaction_id_hashes
 from pipeline.ingest.job import run_raw_ingest
 from pipeline.ingest.offsets import OffsetStore
 from pipeline.ingest.progress import Progress
-from pipeline.ingest.raw_store import INDEX_DIR, QUARANTINE, RUN_ID, RawStore
+from pipeline.ingest.raw_layout import INDEX_DIR, QUARANTINE, RUN_ID, RawStore
 from pipeline.ingest.validate import DETAIL, REASON
 from tests.ingest.corpus import label, tx
 from tests.ingest.kafka_helpers import produce

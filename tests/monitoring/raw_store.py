@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 
 from pipeline.contract import Kind
 from pipeline.ingest.offsets import OffsetStore
-from pipeline.ingest.raw_store import DATE_COLUMN_BY_KIND, TABLE_BY_KIND, raw_arrow_schema
+from pipeline.ingest.raw_layout import DATE_COLUMN_BY_KIND, TABLE_BY_KIND, raw_arrow_schema
 
 
 def write_raw_store(root: Path, payments: pd.DataFrame, reports: list[tuple[str, bool, datetime]],

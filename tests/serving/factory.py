@@ -29,7 +29,7 @@ from pipeline.decisions.operating_points import (
 )
 from pipeline.features import definitions as fd
 from pipeline.features.frame import build_feature_frame
-from pipeline.features.transforms import FeatureParams
+from pipeline.features.params import FeatureParams
 from pipeline.registry.config import RegistryConfig
 from pipeline.registry.model_package import log_pyfunc_model, register_version
 from pipeline.registry.store import connect, ensure_experiment

@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 
 from pipeline.contract import Kind
 from pipeline.features import definitions as fd
-from pipeline.features.transforms import FeatureParams
+from pipeline.features.params import FeatureParams
 from pipeline.ingest.config import load_ingest_config
 from pipeline.ingest.job import run_raw_ingest
 from pipeline.ingest.progress import quiet
