@@ -34,6 +34,15 @@ class DataConfigError(ValueError):
     """The batch geometry does not fit the dataset or the world size."""
 
 
+def split_global_batch(global_batch_size: int, world_size: int, accumulation_steps: int) -> int:
+    """Rows per micro-batch per rank; DataConfigError if the global batch does not split evenly."""
+    parts = world_size * accumulation_steps
+    if global_batch_size % parts:
+        raise DataConfigError(f"data.global_batch_size={global_batch_size} does not split evenly over "
+                              f"{world_size} processes x {accumulation_steps} accumulation steps")
+    return global_batch_size // parts
+
+
 @dataclass(frozen=True)
 class Piece:
     """Rows ``[start, stop)`` of one row group of one shard file."""

@@ -20,7 +20,7 @@ from pipeline.datasets.manifest import DatasetManifest, ManifestError, load_mani
 from pipeline.paths import resolve_state_path
 from pipeline.training.comm_hooks import CompressionUnsupported
 from pipeline.training.config import TrainConfig
-from pipeline.training.data import DataConfigError, TrainStream
+from pipeline.training.data import DataConfigError, TrainStream, split_global_batch
 from pipeline.training.trainer import RunDirectoryInUse
 
 # jobs/train.py's exit code when retrying cannot help (schedulers: do not retry); 1 is a failed run.
@@ -43,16 +43,6 @@ def resolve_dataset_root(config: TrainConfig, override: str | Path | None = None
     return resolve_state_path(override or config.data.dataset_root)
 
 
-def micro_batch_rows(config: TrainConfig, world_size: int) -> int:
-    """Rows per micro-batch per rank; DataConfigError if the global batch does not split evenly."""
-    parts = world_size * config.optim.accumulation_steps
-    if config.data.global_batch_size % parts:
-        raise DataConfigError(
-            f"data.global_batch_size={config.data.global_batch_size} does not split evenly over "
-            f"{world_size} processes x {config.optim.accumulation_steps} accumulation steps")
-    return config.data.global_batch_size // parts
-
-
 def check_dataset_usable(manifest: DatasetManifest) -> None:
     """DatasetUnusable naming the split, its dates and counts, and what to do."""
     for split in TRAINING_SPLITS:
@@ -73,9 +63,11 @@ def check_startable(config: TrainConfig, dataset_root: Path, world_size: int) ->
     manifest = load_manifest(dataset_root, config.data.version or None)
     check_dataset_usable(manifest)
     rows = sum(s.rows for s in manifest.shards_for("train"))
+    accumulation = config.optim.accumulation_steps
     try:
-        TrainStream(dataset_root, manifest, 0, world_size, micro_batch_rows(config, world_size),
-                    config.optim.accumulation_steps, config.data.shuffle_window_rows, config.loop.seed)
+        micro_rows = split_global_batch(config.data.global_batch_size, world_size, accumulation)
+        TrainStream(dataset_root, manifest, 0, world_size, micro_rows, accumulation, config.data.shuffle_window_rows,
+                    config.loop.seed)
     except DataConfigError as exc:
         raise DataConfigError(f"{exc} (the train split of {manifest.dataset}@{manifest.version} has {rows} rows "
                               f"for {world_size} processes)") from exc

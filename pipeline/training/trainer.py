@@ -34,11 +34,11 @@ from pipeline.training.compression import density_at_step
 from pipeline.training.config import TrainConfig
 from pipeline.training.data import (
     Batch,
-    DataConfigError,
     TrainStream,
     bin_fit_sample,
     feature_moments,
     normalization_from_moments,
+    split_global_batch,
 )
 from pipeline.training.distributed import DistEnv, barrier, check_replicas, log_rank, log_rank0
 from pipeline.training.evaluate import gather_scored, score_split, split_metrics
@@ -90,8 +90,9 @@ class Trainer:
             numeric_features=self.manifest.numeric_features,
             categorical_features=dict(self.manifest.categorical_features), **to_dict(config.model))
         self.model = FraudModel(self.model_config).to(env.device)
-        self.data = TrainStream(self.dataset_root, self.manifest, env.rank, env.world_size,
-                                self._micro_batch_rows(), config.optim.accumulation_steps,
+        accumulation = config.optim.accumulation_steps
+        micro_rows = split_global_batch(config.data.global_batch_size, env.world_size, accumulation)
+        self.data = TrainStream(self.dataset_root, self.manifest, env.rank, env.world_size, micro_rows, accumulation,
                                 config.data.shuffle_window_rows, config.loop.seed)
         full = self.data.steps_per_epoch * config.loop.epochs
         self.total_steps = min(full, config.loop.max_steps) if config.loop.max_steps > 0 else full
@@ -117,14 +118,6 @@ class Trainer:
         self.loop_seconds = 0.0  # time in data loading + train steps (throughput, not wall)
         self.loop_cpu_seconds = 0.0  # CPU time of this process (all its threads) in the same span
         self.loop_samples = 0
-
-    def _micro_batch_rows(self) -> int:
-        parts = self.env.world_size * self.config.optim.accumulation_steps
-        if self.config.data.global_batch_size % parts:
-            raise DataConfigError(
-                f"data.global_batch_size={self.config.data.global_batch_size} does not split evenly over "
-                f"{self.env.world_size} processes x {self.config.optim.accumulation_steps} accumulation steps")
-        return self.config.data.global_batch_size // parts
 
     # ---- the story -------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from pipeline.training.data import (
     iter_eval_chunks,
     normalization_from_moments,
     plan_rank_pieces,
+    split_global_batch,
 )
 
 
@@ -131,3 +132,10 @@ def test_eval_chunks_cover_the_split_in_order_with_ids(tiny_dataset, tiny_manife
     ids = [t for _, table in chunks for t in table.column("transaction_id").to_pylist()]
     assert ids == frame["transaction_id"].tolist()
     np.testing.assert_array_equal(labels, frame["label"].to_numpy(dtype=np.float32))
+
+
+def test_the_global_batch_splits_over_processes_and_accumulation_steps_or_says_why_not():
+    assert split_global_batch(4096, 2, 4) == 512  # 2 ranks x 4 micro-batches x 512 rows
+    assert split_global_batch(96, 3, 1) == 32
+    with pytest.raises(DataConfigError, match=r"global_batch_size=100 does not split evenly over 3 processes x 2 "):
+        split_global_batch(100, 3, 2)
