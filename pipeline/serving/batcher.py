@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from pipeline.serving.metrics import Family
+from pipeline.serving.prometheus import Family
 
 MAX_BATCH = 64  # events per batch: bounds one forward (64 * 31 rows, tens of ms here); a burst waits a turn
 

@@ -108,9 +108,14 @@ class RulesConfig:
         return resolve_state_path(self.path)
 
 
+# What the feed does with a position outside its partition (see pipeline.serving.stream_watch).
+OffsetGapPolicy = Literal["wait", "earliest"]
+
+
 @dataclass(frozen=True)
 class StreamConfig:
-    """The online features' inputs: the raw store at start, then the transactions and labels topics."""
+    """The online features' inputs: the raw store at start, then the transactions and labels topics;
+    and how the feed's progress is judged (:mod:`pipeline.serving.stream_watch`)."""
 
     seed_from_raw_store: bool = True  # replay the raw store's recent history before consuming Kafka
     consume: bool = True  # follow the topics (off: features see only the seed and scored payments)
@@ -119,6 +124,13 @@ class StreamConfig:
     expiry_margin_hours: float = 24.0
     expire_interval_s: float = 60.0
     poll_timeout_ms: int = 200  # a consumer poll returns after this when idle (bounds shutdown time)
+    # A position before the partition's earliest offset or beyond its end (topic recreated): "wait"
+    # stays degraded until the partition reaches it; "earliest" resumes from the earliest offset and
+    # records the skipped range. Either way /health is degraded while the position is out of range.
+    on_offset_gap: OffsetGapPolicy = "wait"
+    watch_interval_s: float = 10.0  # how often every partition's earliest and end offsets are read
+    # Degraded when a position has not moved for this long while its partition's end grew past it.
+    stall_after_s: float = 120.0
 
 
 @dataclass(frozen=True)
@@ -166,6 +178,9 @@ def validate_serving_config(config: ServingConfig, source: str = "serving.toml")
                         "model.explain_min_score in [0, 1]")
     if config.stream.expiry_margin_hours < 0 or config.stream.poll_timeout_ms < 1:
         problems.append("stream.expiry_margin_hours must be >= 0 and stream.poll_timeout_ms >= 1")
+    if not (config.stream.watch_interval_s > 0 and config.stream.stall_after_s > 0):
+        problems.append(f"stream.watch_interval_s and stream.stall_after_s must be > 0, got "
+                        f"{config.stream.watch_interval_s} and {config.stream.stall_after_s}")
     if config.scores.queue_size < 1 or not config.scores.topic:
         problems.append("scores.queue_size must be >= 1 and scores.topic non-empty")
     problems += alerts_problems(config.alerts)

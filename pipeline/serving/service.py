@@ -11,9 +11,10 @@ validates; so does the Kafka feed).
 
 :meth:`start` loads the champion before returning (so a service that starts with a champion is
 ready at once), then runs the background parts: the alias poll, the rules refresh, feature
-expiry, the review-rate check (:mod:`.rate_check`), the event feed and the publisher. :meth:`stop`
-ends them in reverse order. :meth:`health` is ``not_ready`` before a model is live and the
-features are seeded, ``degraded`` while the review rate has been outside its band too long, else ``ok``.
+expiry, the review-rate check (:mod:`.rate_check`), the event feed, its offset check
+(:mod:`.stream_watch`) and the publisher. :meth:`stop` ends them in reverse order. :meth:`health` is
+``not_ready`` before a model is live and the features are seeded, ``degraded`` while the review rate
+has been outside its band too long or the event feed is out of its topics' range or stalled, else ``ok``.
 """
 
 from __future__ import annotations
@@ -38,9 +39,9 @@ from pipeline.serving.config import ServingConfig
 from pipeline.serving.decision import Decision, decide
 from pipeline.serving.errors import NotReady
 from pipeline.serving.features import FeatureStore, payment_from_event, warmup_rows
-from pipeline.serving.metrics import Counter
 from pipeline.serving.model_source import RegistryModelSource
 from pipeline.serving.periodic import Periodic
+from pipeline.serving.prometheus import Counter
 from pipeline.serving.publisher import ScorePublisher
 from pipeline.serving.rate_check import ReviewRateCheck
 from pipeline.serving.rates import DecisionRates
@@ -126,6 +127,9 @@ class ScoringService:
                           Periodic("rules-refresh", self.config.rules.refresh_interval_s, p.rules.refresh),
                           Periodic("feature-expiry", self.config.stream.expire_interval_s, p.features.expire),
                           Periodic("review-rate-check", self.config.alerts.check_interval_s, self.review_rate_check.check)]
+        if p.feed is not None and self.config.stream.consume:
+            self._periodic.append(Periodic("stream-watch", self.config.stream.watch_interval_s,
+                                           p.feed.check_offsets))
         for task in self._periodic:
             task.start()
         if p.feed is not None:
@@ -225,7 +229,8 @@ class ScoringService:
         p = self.parts
         not_ready = self.readiness()
         check = self.review_rate_check.check()
-        degraded = [check.reason] if check.state == "degraded" else []
+        stream = p.feed.status() if p.feed else None
+        degraded = ([check.reason] if check.state == "degraded" else []) + (stream["degraded"] if stream else [])
         live = [r.active for r in (p.champion, p.shadow) if r is not None and r.active is not None]
         return {"status": "not_ready" if not_ready else "degraded" if degraded else "ok", "not_ready": not_ready,
                 "degraded": degraded, "warnings": [v.thresholds.warning for v in live if v.thresholds.warning],
@@ -233,7 +238,7 @@ class ScoringService:
                 "shadow": p.shadow.status() if p.shadow else None, "decision": self._decision_status(),
                 "rates": {f"{w}s": c.to_dict() for w, c in self.rates.windows(self.config.alerts.rate_windows_s).items()},
                 "review_rate_check": check.to_dict(), "rules": vars(p.rules.status()),
-                "features": p.features.status(), "stream": p.feed.status() if p.feed else None,
+                "features": p.features.status(), "stream": stream,
                 "scores": p.publisher.status() if p.publisher else None}
 
     def _decision_status(self) -> dict[str, Any]:
@@ -257,7 +262,7 @@ def build_service(config: ServingConfig, registry: RegistryConfig, features: Fea
     store = FeatureStore(features, config.stream.expiry_margin_hours)
     feed = None
     if kafka is not None and (config.stream.consume or config.stream.seed_from_raw_store):
-        feed = EventFeed(store, kafka, config.stream, raw_root)
+        feed = EventFeed(store, kafka, config.stream, raw_root, clock)
     publisher = None
     if (kafka is not None and config.scores.publish) or shadow is not None:
         publisher = ScorePublisher(config.scores, kafka, config.decision,

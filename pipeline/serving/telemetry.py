@@ -6,6 +6,9 @@ Metric names start with ``fraud_scoring_``. Failed model loads stay visible as a
 Decisions are counted per model version; the realised review and block rates of each ``[alerts]
 rate_windows_s`` window (:mod:`.rates`) stand beside the live version's budget and thresholds, and
 ``fraud_scoring_review_rate_degraded`` is 1 while /health says degraded (:mod:`.rate_check`).
+The event feed's positions stand beside their partitions' ends; ``fraud_scoring_stream_degraded`` is 1
+while one is out of range (``fraud_scoring_stream_out_of_range``, labelled with ingest's words and
+remedy) or stalled (:mod:`.stream_watch`).
 """
 
 from __future__ import annotations
@@ -14,11 +17,13 @@ import math
 import time
 from typing import TYPE_CHECKING
 
-from pipeline.serving.metrics import Counter, Family, Histogram
+from pipeline.serving.prometheus import Counter, Family, Histogram, Labels
 
 if TYPE_CHECKING:
     from pipeline.serving.reloader import ModelReloader
     from pipeline.serving.service import ScoringService
+    from pipeline.serving.stream import EventFeed
+    from pipeline.serving.stream_watch import WatchReport
 
 P = "fraud_scoring_"
 # Request paths get their own label; anything else is "other" (scanners must not grow the series).
@@ -96,6 +101,61 @@ def rate_families(service: ScoringService) -> list[Family]:
                    "the budget for alerts.degraded_after_s (/health: degraded).").add(1 if degraded else 0)]
 
 
+def stream_families(feed: EventFeed) -> list[Family]:
+    """The event feed: records applied and refused, then per partition its position against the topic
+    (:mod:`.stream_watch`): out of range (with ingest's words and remedy), stalled, moved by the policy."""
+    consumed = Family(f"{P}stream_records_total", "counter", "Valid records applied to the features, by topic.")
+    for topic, n in sorted(feed.consumed.items()):
+        consumed.add(n, (("topic", topic),))
+    rejected = Family(f"{P}stream_rejected_total", "counter", "Invalid records skipped, by contract reason.")
+    for reason, n in sorted(feed.rejected.items()):
+        rejected.add(n, (("reason", reason),))
+    report = feed.watch_report()
+    return [consumed, rejected, *_offset_families(report, feed.config.on_offset_gap), *_reset_families(report),
+            Family(f"{P}stream_degraded", "gauge", "1 while a position is out of range or stalled (/health: "
+                   "degraded).").add(1 if report.gaps or report.stalls else 0)]
+
+
+def _partition(key: tuple[str, int]) -> Labels:
+    return (("topic", key[0]), ("partition", str(key[1])))
+
+
+def _offset_families(report: WatchReport, policy: str) -> list[Family]:
+    position = Family(f"{P}stream_position", "gauge", "Next offset the feed reads, by partition.")
+    end = Family(f"{P}stream_end_offset", "gauge", "One past the partition's last record, as last read.")
+    lag = Family(f"{P}stream_lag", "gauge", "Records in the partition beyond the feed's position.")
+    stalled = Family(f"{P}stream_stalled", "gauge", "1 while the position has not moved for stream.stall_after_s "
+                     "while the partition's end grew.")
+    for key, (pos, _, high) in sorted(report.offsets.items()):
+        position.add(pos, _partition(key))
+        end.add(high, _partition(key))
+        lag.add(max(0, high - pos), _partition(key))
+        stalled.add(1 if any((s.topic, s.partition) == key for s in report.stalls) else 0, _partition(key))
+    gaps = Family(f"{P}stream_out_of_range", "gauge", "1 for a position before the partition's earliest offset or "
+                  "beyond its end; detail: ingest's error for the same offsets, with its remedy; policy: "
+                  "stream.on_offset_gap.")
+    for g in report.gaps:
+        gaps.add(1, (*_partition((g.topic, g.partition)), ("position", str(g.position)), ("earliest", str(g.low)),
+                     ("end", str(g.high)), ("policy", policy), ("detail", g.detail)))
+    return [position, end, lag, stalled, gaps]
+
+
+def _reset_families(report: WatchReport) -> list[Family]:
+    resets = Family(f"{P}stream_offset_resets_total", "counter", "Out-of-range positions moved to the earliest "
+                    'offset (stream.on_offset_gap = "earliest").')
+    skipped = Family(f"{P}stream_skipped_records_total", "counter", "Records known lost to those moves (deleted "
+                     "unread; a recreated topic's lost records cannot be counted).")
+    for key, n in sorted(report.resets_total.items()):
+        resets.add(n, _partition(key))
+        skipped.add(report.skipped_total.get(key, 0), _partition(key))
+    last = Family(f"{P}stream_last_offset_reset_timestamp_seconds", "gauge", "When each partition's position was "
+                  "last moved, with the skipped range [from_offset, to_offset).")
+    latest = {(r.topic, r.partition): r for r in report.resets}  # oldest first: the last one wins
+    for key, r in sorted(latest.items()):
+        last.add(r.at, (*_partition(key), ("from_offset", str(r.from_offset)), ("to_offset", str(r.to_offset))))
+    return [resets, skipped, last]
+
+
 def service_families(service: ScoringService, http: HttpMetrics) -> list[Family]:
     p = service.parts
     model = _model_families(p.champion, "champion")
@@ -117,14 +177,7 @@ def service_families(service: ScoringService, http: HttpMetrics) -> list[Family]
         size.add(features[key], (("kind", key),))
     families.append(size)
     if p.feed is not None:
-        feed = p.feed.status()
-        consumed = Family(f"{P}stream_records_total", "counter", "Valid records applied to the features, by topic.")
-        for topic, n in sorted(feed["consumed"].items()):
-            consumed.add(n, (("topic", topic),))
-        rejected = Family(f"{P}stream_rejected_total", "counter", "Invalid records skipped, by contract reason.")
-        for reason, n in sorted(feed["rejected"].items()):
-            rejected.add(n, (("reason", reason),))
-        families += [consumed, rejected]
+        families += stream_families(p.feed)
     if p.publisher is not None:
         scores = p.publisher.status()
         published = Family(f"{P}score_events_total", "counter",

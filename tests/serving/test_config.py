@@ -42,6 +42,9 @@ def test_admin_token_and_port_come_from_the_environment(monkeypatch):
     ("[alerts]\nmin_payments = 0\n", "alerts.min_payments must be >= 1"),
     ("[alerts]\ncheck_interval_s = 0\n", "alerts.check_interval_s must be > 0"),
     ("[alerts]\nband = 0.5\n", "unknown key 'alerts.band'"),
+    ("[stream]\non_offset_gap = \"latest\"\n", r"stream.on_offset_gap must be one of \['wait', 'earliest'\]"),
+    ("[stream]\nwatch_interval_s = 0\n", "stream.watch_interval_s and stream.stall_after_s must be > 0"),
+    ("[stream]\nstall_after_s = -5\n", "stream.watch_interval_s and stream.stall_after_s must be > 0"),
 ])
 def test_bad_values_are_refused_by_key(tmp_path, text, message):
     path = tmp_path / "serving.toml"

@@ -1,28 +1,35 @@
 """Kafka on the real broker: the feed keeps the online features equal to the offline ones, every
-decision reaches the scores topic, and the shadow model is scored beside the champion."""
+decision reaches the scores topic, and the shadow model is scored beside the champion; positions
+beyond a recreated topic's end and a stalled feed turn /health degraded (stream.on_offset_gap)."""
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import replace
 
 import pandas as pd
 import pytest
+from confluent_kafka.admin import AdminClient
 from fastapi.testclient import TestClient
 
 from pipeline.contract import Kind
 from pipeline.features import definitions as fd
 from pipeline.features.frame import build_feature_frame
+from pipeline.ingest.offsets import OffsetPlan, OffsetRange, OffsetStore
+from pipeline.kafka.admin import create_topics
 from pipeline.kafka.producer import publish_records
 from pipeline.kafka.reader import read_topic
 from pipeline.registry.store import CHALLENGER
-from pipeline.serving.config import ScoresConfig, StreamConfig
+from pipeline.serving.config import ScoresConfig, ServingConfig, StreamConfig
 from pipeline.serving.features import FeatureStore, payment_from_event
+from pipeline.serving.prometheus import render
 from pipeline.serving.score_event import ScoreEvent
 from pipeline.serving.stream import EventFeed
-from tests.ingest.kafka_helpers import produce
+from pipeline.serving.telemetry import stream_families
+from tests.ingest.kafka_helpers import event_bytes, produce
 from tests.serving import factory
-from tests.serving.conftest import app_of, event
+from tests.serving.conftest import FakeClock, app_of, event
 
 pytestmark = pytest.mark.broker
 
@@ -97,3 +104,117 @@ def test_shadow_model_is_scored_beside_the_champion_and_never_decides(kafka_conf
         assert e.shadow.model_version == challenger
         assert e.shadow.score == pytest.approx(factory.score_row(models.other, e.features), rel=1e-5)
         assert e.score == pytest.approx(factory.score_row(models.good, e.features), rel=1e-5)
+
+
+# -- positions out of range, stalls -------------------------------------------------------------------
+def produce_rows(kafka, topic: str, rows: list[dict]) -> None:
+    """Into partition 0, so that offsets are exactly the rows' order."""
+    produce(kafka, topic, [(r["card_id"].encode(), event_bytes(r), None) for r in rows], partition=0)
+
+
+def recreate_topic(kafka, topic: str) -> None:
+    """What a broker restart with in-memory storage does to a topic: it comes back empty."""
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+    for future in admin.delete_topics([topic]).values():
+        future.result()
+    wait_for(lambda: topic not in admin.list_topics(timeout=5).topics, 30)
+    create_topics(kafka, (topic,), kafka.partitions)
+
+
+def watched(serving: ServingConfig, policy: str, **stream) -> ServingConfig:
+    return replace(serving, scores=ScoresConfig(publish=False),
+                   stream=StreamConfig(on_offset_gap=policy, watch_interval_s=0.2, **stream))
+
+
+def test_positions_beyond_the_end_degrade_health_until_the_topic_reaches_them(
+        kafka_config, serving_config, make_service, window, champion, tmp_path):
+    # The issue's case: the broker restarted empty, the raw store's committed offsets are from before.
+    topic = kafka_config.transactions_topic
+    raw = tmp_path / "raw"
+    OffsetStore(raw).commit("before-the-restart", [OffsetPlan(topic, (OffsetRange(topic, 0, 0, 40),))])
+    rows = records(window.transactions.head(45))
+    serving = watched(serving_config, "wait", seed_from_raw_store=True)
+    with TestClient(app_of(make_service(serving, kafka=kafka_config, raw_root=raw))) as http:
+        produce_rows(kafka_config, topic, rows[:25])
+        wait_for(lambda: http.get("/health").json()["status"] == "degraded")
+        health = http.get("/health").json()
+        [reason] = health["degraded"]
+        assert reason.startswith(f"event feed: {topic}[0]: the committed offset 40 is beyond the end 25")
+        assert "--allow-data-loss" in reason and f"waits until {topic}[0] reaches offset 40" in reason
+        assert health["stream"]["positions"][f"{topic}[0]"] == 40 and health["stream"]["consumed"] == {}
+        metrics = http.get("/metrics").text
+        assert (f'fraud_scoring_stream_out_of_range{{topic="{topic}",partition="0",position="40",earliest="0",'
+                f'end="25",policy="wait",detail="{topic}[0]: the committed offset 40 is beyond the end 25') in metrics
+        assert "fraud_scoring_stream_degraded 1" in metrics
+        produce_rows(kafka_config, topic, rows[25:])  # the end reaches 45: offsets 40..44 are the feed's
+        wait_for(lambda: http.get("/health").json()["stream"]["consumed"].get(topic) == 5)
+        wait_for(lambda: http.get("/health").json()["status"] == "ok")
+        assert "fraud_scoring_stream_degraded 0" in http.get("/metrics").text
+
+
+def test_earliest_resumes_a_topic_recreated_under_the_feed_and_records_the_jump(
+        kafka_config, serving_config, make_service, window, champion, caplog):
+    topic = kafka_config.transactions_topic
+    rows = records(window.transactions.head(40))
+    with TestClient(app_of(make_service(watched(serving_config, "earliest", seed_from_raw_store=False),
+                                        kafka=kafka_config))) as http:
+        produce_rows(kafka_config, topic, rows[:30])
+        wait_for(lambda: http.get("/health").json()["stream"]["consumed"].get(topic) == 30)
+        recreate_topic(kafka_config, topic)
+        produce_rows(kafka_config, topic, rows[30:])  # end 10, the feed at 30
+        wait_for(lambda: http.get("/health").json()["stream"]["consumed"][topic] == 40)  # all 10 new ones
+        wait_for(lambda: http.get("/health").json()["status"] == "ok")
+        stream = http.get("/health").json()["stream"]
+        metrics = http.get("/metrics").text
+    [reset] = stream["resets"]
+    assert (reset["topic"], reset["partition"], reset["from_offset"], reset["to_offset"], reset["skipped"]) == (
+        topic, 0, 30, 0, 0)
+    assert "the committed offset 30 is beyond the end" in reset["detail"]  # 0 or 10: when the probe ran
+    assert stream["positions"][f"{topic}[0]"] == 10
+    assert f'fraud_scoring_stream_offset_resets_total{{topic="{topic}",partition="0"}} 1' in metrics
+    assert (f'fraud_scoring_stream_last_offset_reset_timestamp_seconds{{topic="{topic}",partition="0",'
+            'from_offset="30",to_offset="0"}') in metrics
+    assert f"moved {topic}[0] from offset 30 to the earliest offset 0" in caplog.text
+
+
+class GatedFeatures(FeatureStore):
+    """Applies payments only while ``gate`` is set: a feed thread stuck in the middle of a batch."""
+
+    def __init__(self) -> None:
+        super().__init__(factory.PARAMS, expiry_margin_hours=24)
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def observe_payment(self, payment) -> None:
+        self.gate.wait()
+        super().observe_payment(payment)
+
+
+def test_a_feed_that_stops_while_its_topic_grows_is_degraded_until_it_moves(kafka_config, window):
+    topic = kafka_config.transactions_topic
+    rows = records(window.transactions.head(30))
+    clock, features = FakeClock(), GatedFeatures()
+    feed = EventFeed(features, kafka_config, StreamConfig(seed_from_raw_store=False, stall_after_s=60),
+                     raw_root=None, clock=clock)
+    feed.start()
+    try:
+        produce_rows(kafka_config, topic, rows[:10])
+        wait_for(lambda: feed.positions.get(f"{topic}[0]") == 10)
+        feed.check_offsets()  # caught up at 10
+        features.gate.clear()
+        produce_rows(kafka_config, topic, rows[10:20])  # the feed takes them and blocks on the first
+        produce_rows(kafka_config, topic, rows[20:])
+        clock.advance(30)
+        feed.check_offsets()
+        assert feed.status()["degraded"] == []  # not for long enough yet
+        clock.advance(31)
+        feed.check_offsets()
+        [reason] = feed.status()["degraded"]
+        assert f"{topic}[0] has stayed at offset 10 for 61s while its end grew from 10 to 30 (lag 20)" in reason
+        assert f'fraud_scoring_stream_stalled{{topic="{topic}",partition="0"}} 1' in render(stream_families(feed))
+        features.gate.set()
+        wait_for(lambda: feed.consumed[topic] == 30)
+        assert feed.status()["degraded"] == []
+    finally:
+        features.gate.set()
+        feed.stop()

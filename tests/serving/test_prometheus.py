@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeline.serving.metrics import Counter, Family, Histogram, render
+from pipeline.serving.prometheus import Counter, Family, Histogram, render
 
 
 def test_histogram_buckets_are_cumulative_with_sum_and_count():

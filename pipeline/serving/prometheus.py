@@ -1,5 +1,7 @@
 """Prometheus text exposition (format 0.0.4) without a client library: counters, gauges, histograms.
 
+The service's operational counters only; model-quality metrics live in :mod:`pipeline.metrics`.
+
 Components keep their own counts (the reloader its reloads, the rule book its refreshes, ...); the
 /metrics endpoint turns their status into :class:`Family` objects at scrape time and
 :func:`render` writes them. Only the request counters and latency histograms live here, because

@@ -1,0 +1,56 @@
+"""The scoring routes, as FastAPI sees them: ``POST /score`` and ``POST /score/batch``.
+
+``POST /score`` is normally answered before FastAPI by :class:`.app.ScoreRoute`; the route here
+documents it in the OpenAPI spec and, if a request ever reaches it, answers through the same
+``answer`` function (same limits, validation and bodies). ``POST /score/batch`` scores a whole
+batch with one model version, off the event loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from fastapi import APIRouter, Request, Response
+from starlette.concurrency import run_in_threadpool
+from starlette.types import Receive, Scope
+
+from pipeline.serving.config import ServerConfig
+from pipeline.serving.http_bodies import (
+    BATCH_FIELD,
+    ERRORS,
+    JSON,
+    decode_batch,
+    json_response,
+    read_body,
+    transaction_schema,
+)
+from pipeline.serving.service import ScoringService
+
+# Status and JSON body of the answer to one POST /score (ScoreRoute.answer).
+ScoreAnswer = Callable[[Scope, Receive], Awaitable[tuple[int, bytes]]]
+
+
+def scoring_router(service: ScoringService, server: ServerConfig, answer: ScoreAnswer) -> APIRouter:
+    """The two scoring routes; refusals raise :class:`.http_bodies.RequestRefused` (the app's handler
+    answers them) and NotReady (503)."""
+    router = APIRouter()
+
+    @router.post("/score", responses=ERRORS, openapi_extra={"requestBody": {
+        "required": True, "content": {JSON: {"schema": transaction_schema()}}}})
+    async def score(request: Request) -> Response:
+        """Score one transaction: score, decision (allow/review/block), model_version, reasons."""
+        status, body = await answer(request.scope, request.receive)  # served by ScoreRoute first
+        return Response(body, status_code=status, media_type=JSON)
+
+    @router.post("/score/batch", responses=ERRORS, openapi_extra={"requestBody": {"required": True, "content": {
+        JSON: {"schema": {"type": "object", "required": [BATCH_FIELD],
+                          "properties": {BATCH_FIELD: {"type": "array", "items": transaction_schema()}}}}}}})
+    async def score_batch(request: Request) -> Response:
+        """Score many transactions with one model version; the first invalid one refuses the batch."""
+        events = decode_batch(await read_body(request.scope, request.receive, server.max_batch_bytes),
+                              server.max_batch_items)
+        # Off the event loop: a large batch must not stall single requests behind it.
+        results = await run_in_threadpool(service.score_batch, events)
+        return json_response({"results": [r.to_dict() for r in results]})
+
+    return router
