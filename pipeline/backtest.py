@@ -9,7 +9,7 @@ One backtest, from the raw store to the protocol's figures, through the producti
    ``G``: train and validation labels as known at ``D + G``, test labels fully matured (known
    ``G`` days after the last test day). The production dataset and its ``LATEST`` are untouched;
 3. **training**: the normal training job under torchrun (conf/<env>/train.toml, the dataset
-   version pinned);
+   version pinned: :func:`pipeline.training.launch.train_pinned`);
 4. **evaluation**: the test split as the gate's holdout (:mod:`pipeline.registry.holdout`: cards
    already known compromised removed per day) scored by the trained model, the protocol's figures
    (card precision@100, AUC, AP, recall at 1% FPR, ECE) and, when the simulator's truth is given,
@@ -37,6 +37,7 @@ from pipeline.atomic import write_json_atomic
 from pipeline.ingest.config import IngestConfig
 from pipeline.protocol import PATTERN_COLUMN, BacktestDays, BacktestLayout, pattern_recall, plan_backtest
 from pipeline.registry.holdout import Holdout, holdout_metrics, load_holdout
+from pipeline.training.launch import Torchrun, pin_train_config, run_training, train_pinned
 from pipeline.training.run_dir import RunDir, RunSummary
 
 Echo = Callable[[str], None]
@@ -101,20 +102,18 @@ def build_backtest_data(config: IngestConfig, spec: BacktestSpec, root: Path, *,
 
 def pinned_train_config(env: str | None, data: BacktestData, path: Path,
                         overrides: dict[str, dict[str, Any]] | None = None) -> Path:
-    """conf/<env>/train.toml with the dataset version pinned and per-slice ``overrides`` applied."""
-    from pipeline.training.config import derive_train_config, write_train_toml
+    """conf/<env>/train.toml with the dataset version pinned and per-slice ``overrides`` applied.
 
-    merged = {"data": {"dataset_root": str(data.root), "version": data.version}}
-    for section, values in (overrides or {}).items():
-        merged[section] = {**merged.get(section, {}), **values}
-    return write_train_toml(derive_train_config(env, merged), path)
+    With :func:`train_run`, the two-step form of :func:`pipeline.training.launch.train_pinned`
+    that pipeline/bench/baseline.py still uses; :func:`run_backtest` calls ``train_pinned``.
+    """
+    return pin_train_config(env, data.root, data.version, path, overrides)
 
 
-def train_run(env: str | None, data: BacktestData, run: RunDir, torchrun, config_path: Path,
+def train_run(env: str | None, data: BacktestData, run: RunDir, torchrun: Torchrun, config_path: Path,
               log_file: Path | None = None) -> RunSummary:
-    """The training job on the backtest's dataset; a finished run in ``run`` is reused, not retrained."""
-    from pipeline.training.launch import run_training
-
+    """The training job on the train.toml :func:`pinned_train_config` wrote; a finished run in
+    ``run`` is reused, not retrained (as :func:`pipeline.training.launch.train_pinned` does)."""
     summary = run.read_summary()
     if summary is not None:
         return summary
@@ -147,7 +146,7 @@ def protocol_figures(holdout: Holdout, scores: np.ndarray, truth: pd.DataFrame |
     return figures
 
 
-def run_backtest(env: str | None, config: IngestConfig, spec: BacktestSpec, out: Path, torchrun, *,
+def run_backtest(env: str | None, config: IngestConfig, spec: BacktestSpec, out: Path, torchrun: Torchrun, *,
                  train_overrides: dict[str, dict[str, Any]] | None = None, truth: pd.DataFrame | None = None,
                  echo: Echo = print) -> dict[str, Any]:
     """Dataset, training, evaluation (module docstring); returns the report also written to
@@ -159,9 +158,9 @@ def run_backtest(env: str | None, config: IngestConfig, spec: BacktestSpec, out:
     echo(f"dataset {data.version} under {data.root}; holdout {len(data.holdout.frame)} rows, "
          f"{int(data.holdout.labels.sum())} frauds ({data.holdout.known_removed} rows of known-compromised cards removed)")
     run = RunDir(out / "run")
-    config_path = pinned_train_config(env, data, out / "train.toml", train_overrides)
     echo(f"training (torchrun, {torchrun.nproc_per_node} process(es)); job output in {out / 'train.log'}")
-    summary = train_run(env, data, run, torchrun, config_path, out / "train.log")
+    summary = train_pinned(run, data.root, data.version, out / "train.toml", torchrun, env=env,
+                           overrides=train_overrides, log_file=out / "train.log").summary
     figures = protocol_figures(data.holdout, score_frame(run, data.holdout.frame), truth)
     report = {
         "spec": {"train_end": spec.train_end.isoformat(), **dataclasses.asdict(spec.days)},

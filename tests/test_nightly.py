@@ -32,7 +32,7 @@ from pipeline.nightly.records import (
     TrainedRun,
 )
 from pipeline.training.config import load_train_config
-from pipeline.training.launch import Torchrun, torchrun_command
+from pipeline.training.launch import Torchrun, pin_train_config, torchrun_command
 from pipeline.training.run_dir import CompressionSummary, DatasetRef, RunDir, RunSummary
 
 RUN_DATE = date(2026, 2, 4)
@@ -110,7 +110,7 @@ def test_a_stage_run_alone_names_the_stage_whose_record_is_missing(state_dir):
 
 def test_training_reads_the_dataset_version_ingest_published_not_latest(state_dir, tmp_path):
     dataset = _dataset(root=str(tmp_path / "ds"))
-    pinned = load_train_config(path=stages.pin_train_config("dev", dataset, tmp_path / "train.toml"))
+    pinned = load_train_config(path=pin_train_config("dev", dataset.root, dataset.version, tmp_path / "train.toml"))
     checked_in = load_train_config("dev")
     assert (pinned.data.version, pinned.data.dataset_root) == (dataset.version, dataset.root)
     assert pinned.model == checked_in.model and pinned.loop == checked_in.loop  # the rest is the environment's

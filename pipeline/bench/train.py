@@ -20,8 +20,8 @@ from typing import Any
 
 from pipeline.bench.dataset import bench_dataset_root
 from pipeline.paths import state_dir
-from pipeline.training.config import derive_train_config, load_train_config, write_train_toml
-from pipeline.training.launch import Torchrun, run_training
+from pipeline.training.config import load_train_config
+from pipeline.training.launch import Torchrun, train_pinned
 from pipeline.training.run_dir import RunDir, RunSummary
 
 # The production architecture (conf/prod's [model]) so compute per step and quality are realistic.
@@ -30,12 +30,12 @@ BENCH_MODEL = dataclasses.asdict(load_train_config("prod").model)
 
 def run_bench_training(workdir: Path, name: str, dataset_root: Path, nproc: int,
                        overrides: dict[str, dict[str, Any]]) -> tuple[RunSummary, list[dict[str, Any]]]:
-    """Train once with conf/dev + ``overrides``; returns (summary, steps.jsonl records). The job's
-    output goes to ``<workdir>/<name>.log`` (named in the error if it fails)."""
-    config = write_train_toml(derive_train_config("dev", overrides), workdir / f"{name}.toml")
+    """Train once with conf/dev + ``overrides`` on the version ``LATEST`` names under ``dataset_root``
+    into ``<workdir>/<name>`` (config ``<name>.toml``); returns (summary, steps.jsonl records). The
+    job's output goes to ``<workdir>/<name>.log`` (named in the error if it fails)."""
     run = RunDir(workdir / name)
-    summary = run_training(None, run.path, dataset_root, Torchrun(nproc_per_node=nproc), config_path=config,
-                           log_file=workdir / f"{name}.log")
+    summary = train_pinned(run, dataset_root, "", workdir / f"{name}.toml", Torchrun(nproc_per_node=nproc),
+                           env="dev", overrides=overrides, log_file=workdir / f"{name}.log").summary
     return summary, run.read_steps()
 
 

@@ -1,16 +1,11 @@
 """The published-dataset contract between ingest (writer) and training/evaluation (readers).
 
-Layout under a dataset root (one directory per dataset name)::
-
-    <root>/data/<version>/date=YYYY-MM-DD/shard-00003.parquet   # immutable once written
-    <root>/manifests/<version>.json                              # published last, atomically
-    <root>/LATEST                                                # name of the newest version
-
-A version's data directory is written completely *before* its manifest is renamed into
-``manifests/``; readers look only at manifests, so a killed writer leaves at most an orphan
-data directory that nothing references. ``LATEST`` is replaced with ``os.replace`` too.
-``version`` is derived from the content hash, so rerunning the same build reproduces
-the same version name and the same bytes (idempotence is checkable by hash).
+Where the files lie under a dataset root (shards, ``manifests/<version>.json``, ``LATEST``) is
+:mod:`pipeline.datasets.layout`'s. A version's data directory is written completely *before* its
+manifest is renamed into ``manifests/``; readers look only at manifests, so a killed writer
+leaves at most an orphan data directory that nothing references. ``LATEST`` is replaced with
+``os.replace`` too. ``version`` is derived from the content hash, so rerunning the same build
+reproduces the same version name and the same bytes (idempotence is checkable by hash).
 """
 
 from __future__ import annotations
@@ -22,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.atomic import write_text_atomic
+from pipeline.datasets.layout import latest_path, manifest_path
 
 MANIFEST_FORMAT = 1
 LABEL_COLUMN = "label"
@@ -127,11 +123,6 @@ def content_hash(shards: list[ShardInfo] | tuple[ShardInfo, ...], schema: dict[s
     return h.hexdigest()
 
 
-def manifest_path(root: Path, version: str) -> Path:
-    """Where version ``version``'s manifest is published under the dataset root."""
-    return Path(root) / "manifests" / f"{version}.json"
-
-
 def publish_manifest(root: Path, manifest: DatasetManifest) -> Path:
     """Publish ``manifest`` under ``root`` (its shards must already be complete) and point LATEST at it.
 
@@ -146,7 +137,7 @@ def publish_manifest(root: Path, manifest: DatasetManifest) -> Path:
             raise ManifestError(f"refusing to publish {manifest.version}: shard {p} does not match its hash")
     target = manifest_path(root, manifest.version)
     write_text_atomic(target, manifest.to_json())
-    write_text_atomic(root / "LATEST", manifest.version + "\n")
+    write_text_atomic(latest_path(root), manifest.version + "\n")
     return target
 
 
@@ -154,7 +145,7 @@ def load_manifest(root: Path, version: str | None = None) -> DatasetManifest:
     """Load a published manifest (``LATEST`` when ``version`` is None)."""
     root = Path(root)
     if version is None:
-        latest = root / "LATEST"
+        latest = latest_path(root)
         if not latest.is_file():
             raise ManifestError(
                 f"no published dataset under {root}: run `fraudctl ingest` to build one"

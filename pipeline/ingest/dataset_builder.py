@@ -25,6 +25,7 @@ from pyspark.sql import functions as F
 
 from pipeline.atomic import publish_dir
 from pipeline.contract import SCHEMA_VERSION, Kind
+from pipeline.datasets.layout import data_dir, manifest_path, version_dir, version_relpath
 from pipeline.datasets.manifest import (
     LABEL_COLUMN,
     DatasetManifest,
@@ -32,7 +33,6 @@ from pipeline.datasets.manifest import (
     content_hash,
     file_sha256,
     load_manifest,
-    manifest_path,
     publish_manifest,
 )
 from pipeline.features import definitions as fd
@@ -119,10 +119,9 @@ def build_dataset(spark: SparkSession, store: RawStore, plan: DatasetPlan, confi
     is below ``config.min_rows`` / ``config.min_frauds``.
     """
     root = config.dataset_root()
-    data = root / "data"
-    for stale in data.glob(".build-*"):  # killed builds (callers hold the ingest lock)
+    for stale in data_dir(root).glob(".build-*"):  # killed builds (callers hold the ingest lock)
         shutil.rmtree(stale, ignore_errors=True)
-    build_dir = data / f".build-{run_id}"
+    build_dir = data_dir(root) / f".build-{run_id}"
     until = data_until(store)  # the store is locked: the same before and after the build
     check_raw_rows(plan, store.committed_rows_by_date(Kind.TRANSACTION, plan.first_date, plan.last_date), config, until)
     written = write_shards(dataset_rows(spark, store, plan, params), build_dir, config.num_shards_per_date)
@@ -135,8 +134,8 @@ def build_dataset(spark: SparkSession, store: RawStore, plan: DatasetPlan, confi
     schema = schema_description(plan, config, params)
     digest = content_hash(shards, schema)
     version = f"{plan.label_cutoff.isoformat()}-{digest[:12]}"
-    reused = _place_version(build_dir, data / version, shards)
-    shards = sorted((ShardInfo(f"data/{version}/{s.path}", s.date, s.shard, s.rows, s.frauds, s.sha256)
+    reused = _place_version(build_dir, version_dir(root, version), shards)
+    shards = sorted((ShardInfo(version_relpath(version, s.path), s.date, s.shard, s.rows, s.frauds, s.sha256)
                      for s in shards), key=lambda s: (s.date, s.shard))
     if reused and manifest_path(root, version).is_file():
         manifest = load_manifest(root, version)  # keep the first publication (its created_at, offsets)

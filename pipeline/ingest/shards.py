@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from pipeline.datasets.layout import shard_relpath
 from pipeline.datasets.manifest import ID_COLUMNS, LABEL_COLUMN, REPORTED_AT_COLUMN, ShardInfo
 from pipeline.features.definitions import CATEGORICAL_FEATURES, NUMERIC_FEATURES
 
@@ -34,11 +35,6 @@ SHARD = "_shard"
 
 def shard_index(transaction_id: Column, num_shards: int) -> Column:
     return F.pmod(F.crc32(transaction_id.cast("binary")), F.lit(num_shards)).cast("int")
-
-
-def shard_relpath(day: str, shard: int) -> str:
-    """Path of a shard below its version's data directory."""
-    return f"date={day}/shard-{shard:05d}.parquet"
 
 
 def write_shard_file(table: pa.Table, path: Path) -> tuple[int, int, str]:

@@ -101,32 +101,21 @@ def record_ingest(report: dict, ledger: NightLedger) -> PublishedDataset:
 # ---- train ----------------------------------------------------------------------------------------
 
 
-def pin_train_config(train_env: str | None, dataset: PublishedDataset, path: Path) -> Path:
-    """``conf/<env>/train.toml`` with the dataset root and version fixed to ``dataset``: the workers
-    read exactly the version ingest published, whatever LATEST points at by the time they start."""
-    from pipeline.training.config import derive_train_config, write_train_toml
-
-    table = derive_train_config(train_env, {"data": {"dataset_root": dataset.root, "version": dataset.version}})
-    return write_train_toml(table, path)
-
-
 def train(train_env: str | None, torchrun: Torchrun, dataset: PublishedDataset, ledger: NightLedger) -> TrainedRun:
-    """Train on ``dataset`` into ``<state>/runs/nightly-<version>`` (resuming an unfinished run)."""
-    from pipeline.training.launch import TrainingJobFailed, run_training
+    """Train on ``dataset`` into ``<state>/runs/nightly-<version>`` (a finished run is reused, an
+    unfinished one resumes), the train.toml pinned in the ledger."""
+    from pipeline.training.launch import TrainingJobFailed, train_pinned
 
     run = RunDir.named(run_name_for(dataset))
-    summary = run.read_summary()
-    reused = summary is not None
-    if summary is None:
-        try:
-            config = pin_train_config(train_env, dataset, ledger.train_config)
-            summary = run_training(None, run.path, Path(dataset.root), torchrun, config_path=config)
-        except (TrainingJobFailed, ConfigError) as exc:
-            raise StageFailed("train", str(exc)) from exc
+    try:
+        pinned = train_pinned(run, dataset.root, dataset.version, ledger.train_config, torchrun, env=train_env)
+    except (TrainingJobFailed, ConfigError) as exc:
+        raise StageFailed("train", str(exc)) from exc
+    summary = pinned.summary
     if summary.dataset is not None and summary.dataset.version != dataset.version:
         raise StageFailed("train", f"{run.path} holds a run on dataset version {summary.dataset.version}, not "
                                    f"{dataset.version}: move it away and re-run the stage")
-    trained = trained_run(run, summary, dataset.version, reused)
+    trained = trained_run(run, summary, dataset.version, pinned.reused)
     ledger.write(trained)
     return trained
 

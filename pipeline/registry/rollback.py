@@ -28,7 +28,8 @@ from pipeline.registry.model_package import log_pyfunc_model, register_version
 from pipeline.registry.scoring import load_scorer
 from pipeline.registry.store import connect, ensure_experiment, version_uri
 from pipeline.registry.tracking import code_lineage_tags, dataset_lineage_tags, log_training_dataset
-from pipeline.training.run_dir import RunDir, is_checkpoint, runs_root
+from pipeline.training.checkpoint_layout import is_checkpoint
+from pipeline.training.run_dir import RunDir, runs_root
 
 
 @dataclass(frozen=True)

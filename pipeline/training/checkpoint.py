@@ -1,17 +1,17 @@
 """Checkpoint storage: atomic step directories, last K kept, plus ``best/``.
 
-Layout under ``<run_dir>/checkpoints`` (the directory names and ``trainer.pt`` are part of the run
-directory contract in run_dir.py, which readers outside training use; the files' content is this
-module's)::
+The names under ``<run_dir>/checkpoints`` and what a complete checkpoint is are
+:mod:`pipeline.training.checkpoint_layout`'s (readers outside training import it without torch);
+the files' content is this module's:
 
-    step-00000200/            # complete, or absent: written as .tmp-step-00000200/ then renamed
-      meta.json               # {"step", "epoch", "world_size"} (for people; loads use the .pt files)
-      model.json              # FraudModelConfig, so export needs nothing else
-      trainer.pt              # rank 0: model + optimizer state, trainer counters (tensors/primitives only)
-      rank-00000.pt           # per rank: error-feedback residuals, RNG state
-    best/                     # copy (hard links) of the step directory with the best validation AP
-      calibration.pt          # added after training: temperature and logit shift (see calibration.py)
+* ``meta.json``: ``{"step", "epoch", "world_size"}`` (for people; loads use the .pt files);
+* ``model.json``: the FraudModelConfig, so export needs nothing else;
+* ``trainer.pt``: rank 0's model + optimizer state and trainer counters (tensors/primitives only);
+* ``rank-NNNNN.pt``: each rank's error-feedback residuals and RNG state;
+* ``best/calibration.pt``: temperature and logit shift, added after training (see calibration.py).
 
+A step directory is written as ``.tmp-step-NNNNNNNN/`` and published whole with
+:func:`pipeline.atomic.publish_dir`; ``best/`` is a hard-link copy published the same way.
 Everything is loaded with ``torch.load(weights_only=True)``: no pickled objects. A kill during a
 save leaves only a ``.tmp-*`` directory, removed at the next start; the latest complete checkpoint
 is untouched. Multi-node runs need the run directory on a shared filesystem.
@@ -30,21 +30,17 @@ from typing import Any
 import torch
 
 from pipeline.atomic import atomic_path, publish_dir
-from pipeline.training.run_dir import (
+from pipeline.training.checkpoint_layout import (
     BEST,
-    STEP_DIR,
+    CALIBRATION_FILE,
+    META_FILE,
+    MODEL_CONFIG_FILE,
     TRAINER_FILE,
-    CheckpointError,
+    rank_file,
+    step_checkpoints,
     step_dir_name,
 )
-
-META_FILE = "meta.json"
-MODEL_CONFIG_FILE = "model.json"
-CALIBRATION_FILE = "calibration.pt"
-
-
-def rank_file(rank: int) -> str:
-    return f"rank-{rank:05d}.pt"
+from pipeline.training.run_dir import CheckpointError
 
 
 def _save_tensor_file(obj: Any, path: Path) -> None:
@@ -89,8 +85,7 @@ class Checkpointer:
         return self.directory / BEST
 
     def step_dirs(self) -> list[Path]:
-        dirs = [p for p in self.directory.glob("step-*") if STEP_DIR.match(p.name) and (p / META_FILE).is_file()]
-        return sorted(dirs, key=lambda p: p.name)
+        return step_checkpoints(self.directory)
 
     def latest(self) -> Path | None:
         dirs = self.step_dirs()

@@ -1,5 +1,9 @@
 """Launch the training job under torchrun and read back its summary.
 
+:func:`train_pinned` is how the pipeline's stages train (the nightly train stage, the backtest,
+the benchmarks): pin one dataset version in a train.toml, reuse the run if it finished, else
+launch torchrun. :func:`run_training` is the launch itself (``fraudctl train`` calls it directly).
+
 ``torchrun`` runs one ``jobs/train.py`` process per rank with an elastic agent that restarts the
 whole group (up to ``max_restarts``) when a worker dies, whatever the cause; workers then resume
 from the latest checkpoint. Restarts are for failures a new attempt can survive (a killed worker,
@@ -19,6 +23,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pipeline.config import PROJECT_ROOT, ConfigError
 from pipeline.training.run_dir import RunDir, RunSummary
@@ -135,6 +140,51 @@ def run_training(config_env: str | None, run_dir: Path, dataset_root: Path | Non
             f"training job in {run.path} exited with code {proc.returncode}"
             + (" without writing summary.json" if summary is None else "") + _failure_detail(output, log_file))
     return summary
+
+
+@dataclass(frozen=True)
+class PinnedRun:
+    """What :func:`train_pinned` hands back."""
+
+    summary: RunSummary
+    reused: bool  # the run had finished already: nothing was pinned or launched
+
+
+def pin_train_config(env: str | None, dataset_root: str | Path, dataset_version: str, path: Path,
+                     overrides: dict[str, dict[str, Any]] | None = None) -> Path:
+    """Write ``conf/<env>/train.toml`` with per-slice ``overrides`` applied and the dataset pinned
+    (``data.dataset_root``, ``data.version``: these two win over ``overrides``) to ``path``; returns
+    ``path``. The workers then read exactly that version, whatever ``LATEST`` points at by the time
+    they start (``dataset_version`` "" leaves it to ``LATEST``). ConfigError, before anything is
+    written, when the result is not a valid config."""
+    from pipeline.training.config import derive_train_config, write_train_toml
+
+    table = {section: dict(values) for section, values in (overrides or {}).items()}
+    table["data"] = {**table.get("data", {}), "dataset_root": str(dataset_root), "version": dataset_version}
+    return write_train_toml(derive_train_config(env, table), path)
+
+
+def train_pinned(run: RunDir, dataset_root: str | Path, dataset_version: str, config_file: Path, torchrun: Torchrun,
+                 *, env: str | None = None, overrides: dict[str, dict[str, Any]] | None = None,
+                 log_file: Path | None = None) -> PinnedRun:
+    """Train on one dataset version into ``run``, reusing the run if it has finished.
+
+    A finished run (``summary.json`` present) is returned as it is: no config is written and
+    nothing is launched. Otherwise :func:`pin_train_config` writes ``config_file`` (``env``'s
+    train.toml, ``overrides``, the dataset) and :func:`run_training` launches torchrun on it; an
+    unfinished run resumes from its latest checkpoint. ``dataset_root`` is the one source of the
+    root: pinned in the file, so the file says what the run read, and passed as ``--dataset-root``
+    too, since ``$FRAUD_DATASET_ROOT`` wins over the file and the flag wins over both.
+
+    Raises ConfigError (nothing launched), :class:`TrainingCannotStart`, :class:`TrainingJobFailed`,
+    and RunSummaryError when ``run`` holds a malformed summary.
+    """
+    summary = run.read_summary()
+    if summary is not None:
+        return PinnedRun(summary, reused=True)
+    config = pin_train_config(env, dataset_root, dataset_version, config_file, overrides)
+    summary = run_training(None, run.path, Path(dataset_root), torchrun, config_path=config, log_file=log_file)
+    return PinnedRun(summary, reused=False)
 
 
 def _failure_detail(output: str, log_file: Path | None) -> str:

@@ -10,7 +10,7 @@ Layout::
       dataset_root.txt            absolute path of the dataset root it was read from
       metrics/steps.jsonl         one record per logged optimizer step
       metrics/epochs.jsonl        one record per validation
-      checkpoints/step-NNNNNNNN/  complete checkpoints (format: checkpoint.py)
+      checkpoints/step-NNNNNNNN/  complete checkpoints (names: checkpoint_layout.py, content: checkpoint.py)
       checkpoints/best/           the checkpoint with the best validation AP
       model/                      calibrated FraudModel (safetensors + JSON)
       validation_scores.parquet   calibrated validation scores (plots)
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +34,7 @@ from pipeline.atomic import atomic_path, write_json_atomic, write_text_atomic
 from pipeline.config import ConfigError, from_dict
 from pipeline.datasets.manifest import DatasetManifest
 from pipeline.paths import state_dir
+from pipeline.training.checkpoint_layout import BEST, is_checkpoint, step_checkpoints
 
 RUNS_DIR = "runs"  # <state_dir>/runs/<run_name>: where run directories go by default
 CONFIG_FILE = "config.json"
@@ -47,11 +47,6 @@ MODEL_DIR = "model"
 SCORES_FILE = "validation_scores.parquet"
 SUMMARY_FILE = "summary.json"
 
-# Names inside checkpoints/ that readers outside training need (the files' format is checkpoint.py's).
-BEST = "best"
-STEP_DIR = re.compile(r"^step-(\d{8})$")
-TRAINER_FILE = "trainer.pt"  # model + optimizer state: every checkpoint directory has one
-
 COMPLETED = "completed"
 
 
@@ -61,14 +56,6 @@ class CheckpointError(RuntimeError):
 
 class RunSummaryError(ValueError):
     """summary.json is not a RunSummary (missing or unknown field, wrong type, not JSON)."""
-
-
-def step_dir_name(step: int) -> str:
-    return f"step-{step:08d}"
-
-
-def is_checkpoint(path: Path) -> bool:
-    return (Path(path) / TRAINER_FILE).is_file()
 
 
 def runs_root() -> Path:
@@ -211,7 +198,7 @@ class RunDir:
         """``best/``, else the latest step checkpoint, else None."""
         if is_checkpoint(self.best_checkpoint):
             return self.best_checkpoint
-        steps = sorted(p for p in self.checkpoints.glob("step-*") if STEP_DIR.match(p.name) and is_checkpoint(p))
+        steps = step_checkpoints(self.checkpoints)
         return steps[-1] if steps else None
 
     # ---- written by training (rank 0) --------------------------------------------------------

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.atomic import publish_dir
+from pipeline.datasets.layout import data_dir, shard_relpath, version_dir, version_relpath
 from pipeline.datasets.manifest import (
     DatasetManifest,
     DateWindow,
@@ -87,31 +88,30 @@ def write_synthetic_dataset(root: Path, spec: SyntheticSpec = SyntheticSpec(),
                             dataset: str = "synthetic") -> DatasetManifest:
     """Write shards + manifest under ``root`` (train, validation, test windows in that order)."""
     root = Path(root)
-    staging = root / "data" / f".staging-{os.getpid()}"
+    staging = data_dir(root) / f".staging-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     rng = np.random.default_rng(spec.seed)
     start = dt.date.fromisoformat(spec.start_date)
     total_days = spec.train_days + spec.validation_days + spec.test_days
-    staged: list[tuple[Path, ShardInfo]] = []
+    staged: list[tuple[str, ShardInfo]] = []
     for d in range(total_days):
         day = start + dt.timedelta(days=d)
         table = pa.table(_day_frame(rng, spec, day, d))
         bounds = np.linspace(0, table.num_rows, spec.shards_per_date + 1).astype(int)
         for s in range(spec.shards_per_date):
             part = table.slice(bounds[s], bounds[s + 1] - bounds[s])
-            rel = Path(f"date={day.isoformat()}") / f"shard-{s:05d}.parquet"
+            rel = shard_relpath(day.isoformat(), s)
             path = staging / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             pq.write_table(part, path, row_group_size=spec.row_group_rows)
             frauds = int(np.asarray(part.column("label")).sum())
-            staged.append((rel, ShardInfo(str(rel), day.isoformat(), s, part.num_rows, frauds, file_sha256(path))))
+            staged.append((rel, ShardInfo(rel, day.isoformat(), s, part.num_rows, frauds, file_sha256(path))))
     schema = {"numeric": list(NUMERIC), "categorical": CATEGORICAL, "spec": spec.__dict__}
     digest = content_hash([info for _, info in staged], schema)
     version = f"v-{digest[:12]}"
-    final = root / "data" / version
-    publish_dir(staging, final, keep_existing=True)  # content-addressed: an existing one is this one
+    publish_dir(staging, version_dir(root, version), keep_existing=True)  # content-addressed: an existing one is this one
     shards = tuple(
-        ShardInfo(f"data/{version}/{rel}", i.date, i.shard, i.rows, i.frauds, i.sha256) for rel, i in staged
+        ShardInfo(version_relpath(version, rel), i.date, i.shard, i.rows, i.frauds, i.sha256) for rel, i in staged
     )
 
     def window(first: int, days: int) -> DateWindow:

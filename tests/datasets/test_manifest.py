@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from pipeline.datasets.layout import manifest_path, shard_path
 from pipeline.datasets.manifest import (
     DatasetManifest,
     DateWindow,
@@ -22,7 +23,7 @@ from pipeline.datasets.reader import read_split, read_window
 
 
 def _write_shard(root: Path, date: str, shard: int, rows: int, frauds: int) -> ShardInfo:
-    rel = f"data/v1/date={date}/shard-{shard:05d}.parquet"
+    rel = shard_path("v1", date, shard)
     path = root / rel
     path.parent.mkdir(parents=True, exist_ok=True)
     labels = [1] * frauds + [0] * (rows - frauds)
@@ -85,6 +86,6 @@ def test_corrupt_manifest_and_row_count_mismatch_are_errors(tmp_path):
     lying = _manifest([ShardInfo(**{**shard.__dict__, "rows": 99})])
     with pytest.raises(ManifestError, match="manifest says 99"):
         read_split(tmp_path, lying, "train")
-    (tmp_path / "manifests" / "v1.json").write_text(json.dumps({"format": 1}))
+    manifest_path(tmp_path, "v1").write_text(json.dumps({"format": 1}))
     with pytest.raises(ManifestError, match="corrupt"):
         load_manifest(tmp_path)

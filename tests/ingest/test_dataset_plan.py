@@ -8,6 +8,7 @@ from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
+from pipeline.datasets.layout import shard_relpath
 from pipeline.datasets.manifest import DateWindow, ShardInfo
 from pipeline.features.params import FeatureParams
 from pipeline.ingest.config import DatasetConfig, SplitMinimums
@@ -87,7 +88,7 @@ def test_nightly_with_too_few_window_days_is_refused():
 
 
 def _shard(day: str, rows: int, frauds: int, index: int = 0) -> ShardInfo:
-    return ShardInfo(f"date={day}/shard-{index:05d}.parquet", day, index, rows, frauds, "0" * 64)
+    return ShardInfo(shard_relpath(day, index), day, index, rows, frauds, "0" * 64)
 
 
 def test_split_counts_add_the_shards_inside_each_window():

@@ -8,9 +8,10 @@ from datetime import UTC, datetime, timedelta
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline.datasets.layout import shard_relpath
 from pipeline.datasets.manifest import ID_COLUMNS, LABEL_COLUMN, REPORTED_AT_COLUMN, ShardInfo
 from pipeline.features.definitions import CATEGORICAL_FEATURES, NUMERIC_FEATURES
-from pipeline.ingest.shards import SHARD_SCHEMA, shard_relpath, write_empty_shards, write_shard_file
+from pipeline.ingest.shards import SHARD_SCHEMA, write_empty_shards, write_shard_file
 
 
 def shard_table(n: int, seed: int) -> pa.Table:

@@ -4,14 +4,14 @@
   date with ID_COLUMNS, float numerics, integer categorical codes and ``label``; train/validation/test
   splits by date) whose label depends on the features, so trained models really differ in quality.
 * :func:`train_model` fits a tiny FraudModel with plain torch in well under a second.
-* :func:`write_run_dir` writes a training run directory per helpers/run_dir_contract.md.
+* :func:`write_run_dir` writes a finished training run directory through
+  :class:`pipeline.training.run_dir.RunDir` (the layout and writers training uses).
 """
 
 from __future__ import annotations
 
 import copy
 import datetime as dt
-import json
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 import torch
 
 from models.fraud_mlp import FraudModel, FraudModelConfig, frame_to_tensors, save_model
+from pipeline.datasets.layout import manifest_path, shard_path
 from pipeline.datasets.manifest import (
     LABEL_COLUMN,
     DatasetManifest,
@@ -38,6 +39,7 @@ from pipeline.decisions.operating_points import (
 )
 from pipeline.metrics import classification_report
 from pipeline.training.checkpoint import Checkpointer
+from pipeline.training.run_dir import COMPLETED, CompressionSummary, RunDir, RunSummary
 
 NUMERIC = ("amount_log", "amount_rel_30d", "secs_since_prev_log", "merchant_fraud_rate_7d")
 # Not alphabetical on purpose: the embedding order must survive save/load and the pyfunc signature.
@@ -89,7 +91,7 @@ def write_dataset(root: Path, *, start: str = "2024-03-01", days: int = 8, rows_
     version = f"{dataset}-{dates[0]}-{dates[-1]}-s{seed}"
     shards = []
     for date in dates:
-        rel = f"data/{version}/date={date}/shard-00000.parquet"
+        rel = shard_path(version, date, 0)
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         frame = _day_frame(rng, date, rows_per_day).drop(columns=[drop_numeric] if drop_numeric else [])
@@ -181,24 +183,21 @@ def holdout_report(root: Path, manifest: DatasetManifest, model: FraudModel) -> 
 
 def write_run_dir(run_dir: Path, model: FraudModel, root: Path, manifest: DatasetManifest,
                   *, name: str | None = None, steps: int = 20) -> Path:
-    """A completed training run directory for ``model`` trained on ``manifest`` (contract layout)."""
-    name = name or run_dir.name
-    (run_dir / "metrics").mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.json").write_text(json.dumps({
+    """A completed training run directory for ``model`` trained on ``manifest`` (published under ``root``)."""
+    run = RunDir(run_dir)
+    run.write_inputs({
         "model": {"hidden_dim": model.config.hidden_dim, "num_blocks": model.config.num_blocks,
                   "embedding_dim": model.config.embedding_dim},
         "optimizer": {"lr": 0.01, "warmup_steps": 2, "schedule": "cosine"},
         "compression": {"method": "topk", "density": 0.01},
         "world_size": 2, "backend": "gloo",
-    }))
-    (run_dir / "dataset.json").write_text(manifest.to_json())
-    (run_dir / "dataset_root.txt").write_text(str(Path(root).resolve()))
+    }, manifest_path(root, manifest.version), root)
+    run.truncate_metrics_after(0)  # written again: the metrics start over, as a run at step 0
     t0 = 1_717_000_000.0
-    with (run_dir / "metrics" / "steps.jsonl").open("w") as fh:
-        for step in range(1, steps + 1):
-            fh.write(json.dumps({"step": step, "epoch": (step - 1) * 2 // steps, "loss": 0.6 / step ** 0.5,
-                                 "lr": 0.01, "density": 0.01, "bytes_sent": 1200, "bytes_dense": 60000,
-                                 "samples_per_s": 5000.0, "skipped_steps": 0, "time": t0 + step}) + "\n")
+    for step in range(1, steps + 1):
+        run.append_step({"step": step, "epoch": (step - 1) * 2 // steps, "loss": 0.6 / step ** 0.5, "lr": 0.01,
+                         "density": 0.01, "bytes_sent": 1200, "bytes_dense": 60000, "samples_per_s": 5000.0,
+                         "skipped_steps": 0, "time": t0 + step})
     validation = read_split(root, manifest, "validation")
     val_scores = score(model, validation)
     finite = np.isfinite(val_scores)  # a broken (NaN) model still gets a run directory
@@ -206,27 +205,25 @@ def write_run_dir(run_dir: Path, model: FraudModel, root: Path, manifest: Datase
     metrics["card_precision_at_100"] = 0.1
     epochs = [{"epoch": e, "step": (e + 1) * steps // 2, "val_loss": 0.3 - 0.05 * e, **metrics,
                "time": t0 + (e + 1) * steps / 2} for e in range(2)]
-    with (run_dir / "metrics" / "epochs.jsonl").open("w") as fh:
-        for record in epochs:
-            fh.write(json.dumps(record) + "\n")
-    save_model(model, run_dir / "model")
+    for record in epochs:
+        run.append_epoch(record)
+    save_model(model, run.model)
     if finite.any():  # as finalisation does: the thresholds of the default budget, on validation
-        write_operating_points(run_dir / "model", choose_operating_points(
+        write_operating_points(run.model, choose_operating_points(
             validation[LABEL_COLUMN].to_numpy(), val_scores, DecisionBudget()))
     validation[["transaction_id", "card_id", "event_time", LABEL_COLUMN]].assign(score=val_scores).to_parquet(
-        run_dir / "validation_scores.parquet")
-    (run_dir / "summary.json").write_text(json.dumps({
-        "status": "completed", "run_name": name, "global_step": steps, "epochs": 2, "best_epoch": 1,
-        "best_metrics": epochs[-1], "temperature": float(model.temperature), "bytes_sent_total": 1200 * steps,
-        "bytes_dense_total": 60000 * steps, "compression": {"method": "topk", "density": 0.01},
-        "world_size": 2, "wall_s": 3.5, "peak_rss_mb": 800.0, "stopped_early": False,
-    }))
+        run.validation_scores)
+    run.write_summary(RunSummary(
+        status=COMPLETED, run_name=name or run.name, global_step=steps, epochs=2, best_epoch=1,
+        best_metrics=epochs[-1], temperature=float(model.temperature), bytes_sent_total=1200 * steps,
+        bytes_dense_total=60000 * steps, compression=CompressionSummary("topk", 0.01), world_size=2, wall_s=3.5,
+        peak_rss_mb=800.0, stopped_early=False))
     return run_dir
 
 
 def write_checkpoint(run_dir: Path, model: FraudModel, step: int) -> Path:
     """A training checkpoint of ``model`` in the training job's own format (its Checkpointer), marked best."""
-    checkpointer = Checkpointer(run_dir / "checkpoints", rank=0, world_size=1, keep_last=3, barrier=lambda: None)
+    checkpointer = Checkpointer(RunDir(run_dir).checkpoints, rank=0, world_size=1, keep_last=3, barrier=lambda: None)
     trainer_state = {"model": {k: v.detach().clone() for k, v in model.state_dict().items()}, "step": step}
     return checkpointer.save(step, epoch=1, trainer_state=trainer_state, rank_state={},
                              model_config_json=model.config.to_json(), is_best=True)

@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline.datasets.layout import shard_path
 from pipeline.datasets.manifest import (
     DatasetManifest,
     DateWindow,
@@ -66,7 +67,7 @@ def write_threshold_dataset(root: Path, rows_per_day: int = 1500, seed: int = 3)
     for d in range(first):
         day = start + dt.timedelta(days=d)
         table = _day_table(rng, day, rows_per_day)
-        rel = f"data/{version}/date={day.isoformat()}/shard-00000.parquet"
+        rel = shard_path(version, day.isoformat(), 0)
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(table, root / rel, row_group_size=500)
         frauds = int(np.asarray(table.column("label")).sum())
