@@ -14,7 +14,10 @@ from typing import Literal
 from pipeline.config import ConfigError, env_override, from_dict, load_section
 from pipeline.decisions.operating_points import DecisionBudget
 
-CompressionMethod = Literal["allreduce", "fp16", "bf16", "topk_ef", "topk"]
+CompressionMethod = Literal["allreduce", "fp16", "bf16", "int8", "int8_ef", "topk_ef", "topk", "topk_int8_ef",
+                            "powersgd"]
+WarmupExchange = Literal["allreduce", "int8"]
+QUANTIZATION_BITS = (8,)  # widths the int8 hooks implement
 LossKind = Literal["weighted_bce", "focal"]
 
 
@@ -69,18 +72,30 @@ class ScheduleConfig:
 
 @dataclass(frozen=True)
 class CompressionConfig:
+    """How gradients travel between ranks (pipeline/training/comm_hooks.py): ``allreduce`` (fp32),
+    torch's ``fp16`` / ``bf16`` / ``powersgd`` hooks, ``int8`` / ``int8_ef`` (per-chunk int8, without or
+    with error feedback), ``topk`` / ``topk_ef`` (fp32 values, int32 indices) and ``topk_int8_ef``."""
+
     method: CompressionMethod = "topk_ef"
     density: float = 0.01  # share of each parameter's gradient entries sent per step (top-k)
     dense_warmup_steps: int = 20  # plain all-reduce for the first steps: gradients are large and noisy
+    # Top-k only: how the dense warm-up steps travel. "int8" quantizes them (about 4x fewer bytes, the
+    # rounding error kept by error feedback) instead of an fp32 all-reduce.
+    dense_warmup_exchange: WarmupExchange = "allreduce"
     # Deep Gradient Compression's sparsity warm-up: density decays exponentially 1 -> density over
     # this many epochs after the dense steps.
     density_warmup_epochs: float = 1.0
+    # DDP's bucket size (25 is DDP's default): gradients are exchanged per bucket as soon as it is full,
+    # so smaller buckets overlap more communication with backward's compute, at more collectives.
     bucket_cap_mb: float = 25.0
+    quantization_bits: int = 8  # int8 methods: 8 is the only width implemented (anything else is refused)
+    quantization_chunk: int = 256  # int8 methods: entries per fp32 scale (4 bytes per 256: 1.6% overhead)
+    powersgd_rank: int = 1  # powersgd: rank of the low-rank approximation (torch's matrix_approximation_rank)
     # Top-k only: AdamW's second moment stops updating when the dense warm-up ends (1-bit Adam), so
     # sparse steps' few large accumulated entries do not distort it (pipeline/training/optimizer.py).
     freeze_variance: bool = False
-    # topk_ef only: clip each rank's gradient before it enters the residual (DGC), not the averaged one
-    # after; clipping what is sent would drop accumulated mass that error feedback owes the weights.
+    # Top-k with error feedback only: clip each rank's gradient before it enters the residual (DGC), not
+    # the averaged one after; clipping what is sent would drop accumulated mass that error feedback owes.
     local_clipping: bool = False
     # With freeze_variance: rank entries by the step they would make (|acc| / sqrt(frozen variance)),
     # not by raw magnitude, which Adam's per-entry scaling makes incomparable across entries.
@@ -132,6 +147,36 @@ class TrainConfig:
     decisions: DecisionBudget = field(default_factory=DecisionBudget)
 
 
+def _compression_checks(c: CompressionConfig) -> list[tuple[bool, str]]:
+    """(holds, what to fix) for [compression]: options must fit the method they are combined with."""
+    topk = c.method.startswith("topk")
+    return [
+        (0.0 < c.density <= 1.0, f"compression.density must be in (0, 1], got {c.density}"),
+        (c.dense_warmup_steps >= 0, "compression.dense_warmup_steps must be >= 0"),
+        (c.bucket_cap_mb > 0, "compression.bucket_cap_mb must be > 0 (DDP's default is 25)"),
+        (c.quantization_bits in QUANTIZATION_BITS,
+         f"compression.quantization_bits = {c.quantization_bits} is not implemented: the int8 hooks quantize "
+         f"to {' or '.join(map(str, QUANTIZATION_BITS))} bits only"),
+        (c.quantization_chunk >= 1, "compression.quantization_chunk must be >= 1 (entries per int8 scale)"),
+        (c.powersgd_rank >= 1, "compression.powersgd_rank must be >= 1"),
+        (c.dense_warmup_exchange == "allreduce" or topk,
+         f"compression.dense_warmup_exchange = {c.dense_warmup_exchange!r} applies to the top-k methods only "
+         f"(method = {c.method!r} has no top-k warm-up to quantize; PowerSGD's warm-up is torch's all-reduce): "
+         "set it to \"allreduce\""),
+        (not c.freeze_variance or topk,
+         f"compression.freeze_variance applies to the top-k methods only: set it to false for method = {c.method!r}"),
+        (not c.freeze_variance or c.dense_warmup_steps >= 1,
+         "compression.freeze_variance needs compression.dense_warmup_steps >= 1 (the dense steps estimate "
+         "the variance that is then frozen)"),
+        (not c.select_by_update or c.freeze_variance,
+         "compression.select_by_update needs compression.freeze_variance = true (it ranks entries by the "
+         "frozen variance)"),
+        (not c.local_clipping or c.method in ("topk_ef", "topk_int8_ef"),
+         "compression.local_clipping applies to the top-k methods with error feedback only (it protects "
+         f"their residuals); set it to false for method = {c.method!r}"),
+    ]
+
+
 def validate_config(config: TrainConfig, source: str) -> TrainConfig:
     """Reject values that would fail later in a less obvious way."""
     checks = [
@@ -142,20 +187,7 @@ def validate_config(config: TrainConfig, source: str) -> TrainConfig:
         (config.model.ensemble_size >= 1, "model.ensemble_size must be >= 1"),
         (config.optim.accumulation_steps >= 1, "optim.accumulation_steps must be >= 1"),
         (0.0 <= config.optim.ema_decay < 1.0, "optim.ema_decay must be in [0, 1) (0 = no weight average)"),
-        (0.0 < config.compression.density <= 1.0, "compression.density must be in (0, 1]"),
-        (config.compression.dense_warmup_steps >= 0, "compression.dense_warmup_steps must be >= 0"),
-        (not config.compression.freeze_variance or config.compression.method.startswith("topk"),
-         "compression.freeze_variance applies to the top-k methods only: set it to false for "
-         f"method = {config.compression.method!r}"),
-        (not config.compression.freeze_variance or config.compression.dense_warmup_steps >= 1,
-         "compression.freeze_variance needs compression.dense_warmup_steps >= 1 (the dense steps estimate "
-         "the variance that is then frozen)"),
-        (not config.compression.select_by_update or config.compression.freeze_variance,
-         "compression.select_by_update needs compression.freeze_variance = true (it ranks entries by the "
-         "frozen variance)"),
-        (not config.compression.local_clipping or config.compression.method == "topk_ef",
-         "compression.local_clipping applies to method = \"topk_ef\" only (it protects error feedback's "
-         f"residuals); set it to false for method = {config.compression.method!r}"),
+        *_compression_checks(config.compression),
         (config.checkpoint.keep_last >= 1, "checkpoint.keep_last must be >= 1"),
         (config.checkpoint.every_steps >= 1, "checkpoint.every_steps must be >= 1"),
         (config.loop.epochs >= 1, "loop.epochs must be >= 1"),

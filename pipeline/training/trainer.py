@@ -29,7 +29,7 @@ from pipeline.config import to_dict
 from pipeline.datasets.manifest import load_manifest, manifest_path
 from pipeline.training import run_dir as files
 from pipeline.training.checkpoint import Checkpointer
-from pipeline.training.comm_hooks import register_compression
+from pipeline.training.comm_hooks import CommTiming, register_compression
 from pipeline.training.compression import density_at_step
 from pipeline.training.config import TrainConfig
 from pipeline.training.data import (
@@ -100,7 +100,8 @@ class Trainer:
             self.model, device_ids=[env.device] if env.device.type == "cuda" else None,
             bucket_cap_mb=config.compression.bucket_cap_mb,
             forward_sync_buffers=False)  # buffers (normalisation, temperature) never change while training
-        self.comm = register_compression(self.ddp, config.compression, env.backend, config.optim.grad_clip)
+        self.comm = register_compression(self.ddp, config.compression, env.backend, config.optim.grad_clip,
+                                         seed=config.loop.seed)
         # AdamW; with compression.freeze_variance its second moment stops after the dense warm-up.
         self.optimizer = FreezableAdamW(
             self.model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay,
@@ -118,6 +119,7 @@ class Trainer:
         self.loop_seconds = 0.0  # time in data loading + train steps (throughput, not wall)
         self.loop_cpu_seconds = 0.0  # CPU time of this process (all its threads) in the same span
         self.loop_samples = 0
+        self.epoch_timing = CommTiming()  # step and communication times of the epoch (of its rest, after a resume)
 
     # ---- the story -------------------------------------------------------------------------
 
@@ -160,6 +162,7 @@ class Trainer:
 
     def _train_epoch(self) -> None:
         epoch = self.state.epoch
+        self.epoch_timing = CommTiming()
         steps = self.data.epoch(epoch, self.state.step_in_epoch)
         tick, cpu_tick = time.perf_counter(), time.process_time()
         for micro_batches in steps:
@@ -182,11 +185,12 @@ class Trainer:
         A non-finite gradient (every rank sees the same synchronised gradient, so all agree) skips
         the step: no update, error-feedback residuals unchanged.
         """
+        started = time.perf_counter()
         step, cfg = self.state.global_step, self.config
         self.comm.begin_step(
             density_at_step(step, cfg.compression.density, cfg.compression.dense_warmup_steps,
                             round(cfg.compression.density_warmup_epochs * self.data.steps_per_epoch)),
-            dense=step < cfg.compression.dense_warmup_steps)
+            dense=step < cfg.compression.dense_warmup_steps, step=step)
         lr = lr_at_step(step, cfg.optim.lr, self.total_steps, cfg.schedule)
         freeze_variance = cfg.compression.freeze_variance and step >= cfg.compression.dense_warmup_steps
         for group in self.optimizer.param_groups:
@@ -206,6 +210,8 @@ class Trainer:
                 if self.env.is_rank0 and step in cfg.faults.nan_loss_at_steps:
                     loss = loss * float("nan")
                 loss.backward()
+            if sync:
+                self.comm.end_backward()
             loss_sum += float(loss.detach())
             self.loop_samples += len(batch) * self.env.world_size
         clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 and not self.comm.clipped_locally else math.inf
@@ -214,12 +220,13 @@ class Trainer:
             self.optimizer.step()
             if self.average is not None:
                 self.average.update(step)
-            self._compressor_done(commit=True)
+            self.comm.commit()
             self.state.consecutive_skips = 0
         else:
             self._skip_step(step)
         self.state.bytes_sent_total += self.comm.step_bytes_sent
         self.state.bytes_dense_total += self.comm.step_bytes_dense
+        self.epoch_timing.add(time.perf_counter() - started, self.comm)
         self.state.global_step += 1
         self.state.step_in_epoch += 1
         self.last_loss, self.last_lr = loss_sum, lr
@@ -233,7 +240,7 @@ class Trainer:
 
     def _skip_step(self, step: int) -> None:
         self.optimizer.zero_grad(set_to_none=True)
-        self._compressor_done(commit=False)
+        self.comm.discard()
         self.state.skipped_steps += 1
         self.state.consecutive_skips += 1
         log_rank0(f"step {step}: non-finite loss or gradient, step skipped "
@@ -243,11 +250,6 @@ class Trainer:
                 f"{self.state.consecutive_skips} consecutive steps had a non-finite loss or gradient "
                 f"(last at step {step}): training diverged. Lower optim.lr, check the input features for "
                 f"corrupt values, or resume from an earlier checkpoint in {self.checkpointer.directory}")
-
-    def _compressor_done(self, commit: bool) -> None:
-        compressor = self.comm.compressor
-        if compressor is not None:
-            compressor.commit() if commit else compressor.discard()
 
     def _autocast(self):
         if self.env.device.type == "cuda":
@@ -306,7 +308,9 @@ class Trainer:
             self.state.stopped_early = self.state.epochs_without_improvement >= self.config.loop.early_stop_patience
         if self.env.is_rank0:
             self.progress.finish()
-            self.files.append_epoch({"epoch": epoch, "step": self.state.global_step, **metrics, "time": time.time()})
+            self.files.append_epoch({"epoch": epoch, "step": self.state.global_step, **metrics,
+                                     **self.epoch_timing.record(self.config.compression.bucket_cap_mb),
+                                     "time": time.time()})
             log_rank0(f"epoch {epoch}: val_loss {metrics['val_loss']:.4f} auc {metrics['auc_roc']:.4f} "
                       f"ap {ap:.4f} card_precision@100 {metrics['card_precision_at_100']:.3f}"
                       + (" (best)" if improved else "") + (" -> early stop" if self.state.stopped_early else ""))

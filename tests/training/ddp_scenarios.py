@@ -14,7 +14,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from models.fraud_mlp import FraudModel, FraudModelConfig
-from pipeline.training.comm_hooks import CompressionUnsupported, register_compression
+from pipeline.training.comm_hooks import register_compression
 from pipeline.training.compression import densify, k_for, select_topk
 from pipeline.training.config import CompressionConfig
 from pipeline.training.distributed import ReplicaMismatch, check_replicas
@@ -140,16 +140,6 @@ def fp16_counts_half_the_bytes(rank: int) -> dict:
             "max_diff": _max_diff(grads, reference)}
 
 
-def bf16_refused_on_gloo(rank: int) -> dict:
-    torch.manual_seed(0)
-    ddp = DistributedDataParallel(FraudModel(MODEL))
-    try:
-        register_compression(ddp, CompressionConfig(method="bf16"), "gloo")
-    except CompressionUnsupported as exc:
-        return {"error": str(exc)}
-    return {"error": None}
-
-
 def nan_on_one_rank_reaches_every_rank(rank: int) -> dict:
     ddp, state = _ddp("topk_ef", 0.01)
     state.begin_step(0.01, dense=False)
@@ -178,7 +168,7 @@ def checksum_mismatch_detected(rank: int) -> dict:
 
 
 SCENARIOS = [density_one_equals_dense, sparse_matches_manual, replicas_stay_identical,
-             accumulation_matches_big_batch, fp16_counts_half_the_bytes, bf16_refused_on_gloo,
+             accumulation_matches_big_batch, fp16_counts_half_the_bytes,
              nan_on_one_rank_reaches_every_rank, checksum_mismatch_detected]
 
 

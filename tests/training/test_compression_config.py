@@ -43,3 +43,45 @@ def test_the_corrections_are_accepted_where_they_apply():
     config = train_config_from_dict(train_config_dict({"compression": {
         "method": "topk_ef", "freeze_variance": True, "local_clipping": True, "select_by_update": True}}))
     assert config.compression.local_clipping and config.compression.select_by_update
+
+
+@pytest.mark.parametrize(("overrides", "named"), [
+    ({"method": "int8_ef", "quantization_bits": 4}, "quantization_bits = 4 is not implemented"),
+    ({"method": "topk_int8_ef", "quantization_bits": 16}, "quantize to 8 bits only"),
+    ({"method": "int8", "quantization_chunk": 0}, "compression.quantization_chunk"),
+    ({"method": "topk_int8_ef", "density": 1.5}, r"compression.density must be in \(0, 1\], got 1.5"),
+    ({"method": "topk_int8_ef", "density": -0.001}, r"compression.density must be in \(0, 1\]"),
+    ({"method": "powersgd", "powersgd_rank": 0}, "compression.powersgd_rank"),
+    ({"method": "allreduce", "bucket_cap_mb": 0.0}, "compression.bucket_cap_mb"),
+    # PowerSGD combined with what only top-k does:
+    ({"method": "powersgd", "dense_warmup_exchange": "int8"}, "dense_warmup_exchange = 'int8' applies to the top-k"),
+    ({"method": "powersgd", "freeze_variance": True}, "freeze_variance applies to the top-k methods only.*'powersgd'"),
+    ({"method": "powersgd", "local_clipping": True}, "local_clipping applies to the top-k.*'powersgd'"),
+    ({"method": "int8_ef", "dense_warmup_exchange": "int8"}, "'int8_ef' has no top-k warm-up"),
+    ({"method": "topk", "local_clipping": True}, "compression.local_clipping"),
+])
+def test_a_bad_or_incompatible_compression_option_is_refused_with_the_reason(overrides, named):
+    with pytest.raises(ConfigError, match=named):
+        train_config_from_dict(train_config_dict({"compression": {**OFF, **overrides}}))
+
+
+@pytest.mark.parametrize("overrides", [
+    {"method": "int8"},
+    {"method": "int8_ef", "quantization_chunk": 512},
+    {"method": "topk_int8_ef", "density": 0.001, "dense_warmup_exchange": "int8", "density_warmup_epochs": 0.1},
+    {"method": "topk_int8_ef", "local_clipping": True, "freeze_variance": True, "select_by_update": True},
+    {"method": "topk_ef", "dense_warmup_exchange": "int8"},
+    {"method": "powersgd", "powersgd_rank": 2},
+    {"method": "bf16", "bucket_cap_mb": 1.0},
+])
+def test_the_new_methods_and_options_load(overrides):
+    compression = train_config_from_dict(train_config_dict({"compression": {**OFF, **overrides}})).compression
+    assert all(getattr(compression, key) == value for key, value in overrides.items())
+
+
+@pytest.mark.parametrize("env", ["dev", "prod"])
+def test_checked_in_configs_keep_todays_exchange(env):
+    compression = load_train_config(env).compression
+    assert compression.method == "topk_ef" and compression.dense_warmup_exchange == "allreduce"
+    assert compression.bucket_cap_mb == 25.0  # DDP's default
+    assert compression.quantization_bits == 8
