@@ -169,6 +169,31 @@ def expected_calibration_error(labels, scores, bins: int = 15) -> float:
     return float(gap.sum() / y.size)
 
 
+@dataclass(frozen=True)
+class CalibrationBin:
+    """One bin of a calibration curve: scores in ``[lower, upper)`` (the last bin includes 1)."""
+
+    lower: float
+    upper: float
+    n: int
+    mean_score: float
+    fraud_rate: float
+
+
+def calibration_curve(labels, scores, bins: int = 15) -> tuple[CalibrationBin, ...]:
+    """The reliability diagram behind :func:`expected_calibration_error`, on the same equal-width
+    bins: per non-empty bin, lowest first, its rows, mean score and fraud rate, so that
+    ECE = sum_b (n_b / n) * |fraud_rate_b - mean_score_b|. Empty input -> no bins."""
+    y, p = _arrays(labels, scores)
+    idx = np.clip((p * bins).astype(np.int64), 0, bins - 1)
+    counts = np.bincount(idx, minlength=bins)
+    sum_y = np.bincount(idx, weights=y, minlength=bins)
+    sum_p = np.bincount(idx, weights=p, minlength=bins)
+    return tuple(CalibrationBin(lower=b / bins, upper=(b + 1) / bins, n=int(counts[b]),
+                                mean_score=float(sum_p[b] / counts[b]), fraud_rate=float(sum_y[b] / counts[b]))
+                 for b in np.flatnonzero(counts))
+
+
 # --- Paired comparison of two models scored on the same rows -------------------------------------
 
 
@@ -203,6 +228,22 @@ class PairedDifference:
 def _normal_interval(estimate: float, variance: float, confidence: float) -> tuple[float, float]:
     half = NormalDist().inv_cdf(0.5 + confidence / 2) * math.sqrt(variance)
     return estimate - half, estimate + half
+
+
+def wilson_upper_bound(successes: int, trials: int, confidence: float) -> float:
+    """One-sided upper confidence bound of a binomial rate (Wilson score interval): with probability
+    ``confidence`` the true rate is at or below it, given ``successes`` of ``trials``. 1.0 for no trials.
+
+    Unlike the normal approximation it stays inside [0, 1] and is sound for the tens of frauds a
+    monitored day holds, and for rates near 0 or 1.
+    """
+    if trials <= 0:
+        return 1.0
+    z = NormalDist().inv_cdf(confidence)
+    p, n = successes / trials, trials
+    centre = p + z * z / (2 * n)
+    spread = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return min(1.0, (centre + spread) / (1 + z * z / n))
 
 
 def _midranks(x: np.ndarray) -> np.ndarray:

@@ -97,6 +97,7 @@ def _monitored_days(frame: pd.DataFrame, scores: np.ndarray, points: OperatingPo
         history.append(entry)
         state = version_state(entry, days_below_in_a_row(history, day), config)
         out.append({"date": day.isoformat(), "frauds": figures.frauds, "recall": recall,
+                    "recall_upper": entry.recall_upper,
                     "review_rate": figures.review_rate, "state": state})
     return out
 
@@ -146,6 +147,7 @@ def run_portfolio(portfolio: BenchPortfolio, quick: bool, workdir: Path, budget:
                                 "flagged_share": flagged_abs},
         "degradation": {"kind": f"feature {stuck_name} stuck at its training median {stuck_value:.6g} in serving",
                         "expected_recall": expected, "recall_margin": monitoring.recall_margin,
+                        "confidence": monitoring.confidence,
                         "degraded_after_days": monitoring.degraded_after_days, "min_frauds": monitoring.min_frauds,
                         "days": degraded_days, "healthy_days": healthy_days},
         "detected_after_days": _first_degraded(degraded_days),

@@ -18,6 +18,10 @@ from pipeline.config import ConfigError, load_section
 class MonitoringConfig:
     # degraded: realised recall at the operating points below (expected recall - recall_margin) ...
     recall_margin: float = 0.1
+    # ... with this confidence: the day's recall counts as below when its one-sided upper bound (Wilson,
+    # over the day's matured frauds) is below the floor, so a day of few frauds needs a clearer drop;
+    # 0 compares the point estimate alone
+    confidence: float = 0.0
     # ... on this many monitored days in a row (days with too few frauds are skipped, not counted)
     degraded_after_days: int = 3
     # a version with fewer matured frauds on the day is "insufficient evidence", never degraded
@@ -36,6 +40,8 @@ class MonitoringConfig:
         problems = []
         if not 0.0 <= self.recall_margin < 1.0:
             problems.append(f"recall_margin must be in [0, 1), got {self.recall_margin}")
+        if not 0.0 <= self.confidence < 1.0:
+            problems.append(f"confidence must be in [0, 1) (0: compare the point estimate), got {self.confidence}")
         if self.degraded_after_days < 1:
             problems.append(f"degraded_after_days must be >= 1, got {self.degraded_after_days}")
         if self.min_frauds < 1:

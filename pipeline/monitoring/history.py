@@ -1,7 +1,11 @@
 """Which monitored days each model version fell short on, and the ``degraded`` rule over them.
 
 A version is ``degraded`` on day ``D`` when its realised recall at the operating points was below
-``expected - recall_margin`` on ``degraded_after_days`` judged days in a row, ending with ``D``.
+``expected - recall_margin`` on ``degraded_after_days`` judged days in a row, ending with ``D``. With
+``confidence`` > 0 a day is below only when the recall's one-sided upper bound at that confidence
+(:func:`pipeline.metrics.wilson_upper_bound` over the day's matured frauds) is below the floor: a day
+of 30 frauds varies by about 0.09 in recall from chance alone, and a point comparison reads that as
+degradation (the decisions bench's healthy champion had 2 such days in 7).
 Only judged days count (enough matured frauds and an expectation to compare with): a day with too
 few frauds neither extends nor breaks the run, and days never monitored are not in the history at
 all. So one noisy day never degrades a model, and a gap in monitoring does not reset the evidence.
@@ -25,6 +29,7 @@ from pathlib import Path
 from typing import Literal
 
 from pipeline.atomic import write_json_atomic
+from pipeline.metrics import wilson_upper_bound
 from pipeline.monitoring.config import MonitoringConfig
 
 KEEP_DAYS = 120
@@ -47,15 +52,20 @@ class MonitoredDay:
     expected_recall: float | None  # None: nothing to compare with
     recall_floor: float | None  # expected - margin
     judged: bool  # enough frauds and an expectation
-    below: bool  # judged and recall < floor
+    below: bool  # judged and recall_upper < floor
+    recall_upper: float | None = None  # what is compared with the floor: the recall's upper bound (or itself)
 
 
 def judge_day(day: date, frauds: int, recall: float | None, expected: float | None,
               config: MonitoringConfig) -> MonitoredDay:
     floor = None if expected is None else expected - config.recall_margin
     judged = frauds >= config.min_frauds and floor is not None and recall is not None and math.isfinite(recall)
+    upper = None
+    if recall is not None and math.isfinite(recall):
+        upper = (wilson_upper_bound(round(recall * frauds), frauds, config.confidence) if config.confidence > 0
+                 else recall)
     return MonitoredDay(day.isoformat(), frauds, recall, expected, floor, judged,
-                        judged and recall < floor)  # type: ignore[operator]
+                        judged and upper < floor, upper)  # type: ignore[operator]
 
 
 def days_below_in_a_row(history: list[MonitoredDay], day: date) -> int:

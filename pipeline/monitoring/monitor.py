@@ -202,7 +202,9 @@ def _auto_rollback(client: MlflowClient, day: date, versions: tuple[VersionRepor
             outcomes.append(RollbackOutcome(v.version, False, f"v{v.version} is not champion (champion: "
                                             f"{f'v{champion}' if champion else 'none'}): nothing to roll back"))
             continue
-        reason = (f"{marker}: realised recall at the operating points {v.day.recall:.3f} below the floor "
+        upper = v.day.recall_upper
+        bound = f" (upper confidence bound {upper:.3f})" if upper is not None and upper != v.day.recall else ""
+        reason = (f"{marker}: realised recall at the operating points {v.day.recall:.3f}{bound} below the floor "
                   f"{v.day.recall_floor:.3f} (expected {v.day.expected_recall:.3f} from {v.expected_recall_source}) on "
                   f"{v.days_below_in_a_row} judged monitored days in a row; see {report_path(day)}")
         try:

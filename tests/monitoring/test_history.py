@@ -6,6 +6,7 @@ from datetime import date, timedelta
 
 import pytest
 
+from pipeline.config import ConfigError
 from pipeline.monitoring.config import MonitoringConfig
 from pipeline.monitoring.history import (
     HistoryStore,
@@ -47,6 +48,25 @@ def test_days_with_too_few_frauds_are_insufficient_evidence_and_neither_extend_n
     store = HistoryStore(tmp_path)
     states = play(store, [(20, 0.4), (3, 0.0), (20, 0.4), (5, 1.0), (20, 0.4)])
     assert states == ["ok", "insufficient_evidence", "ok", "insufficient_evidence", "degraded"]
+
+
+def test_with_a_confidence_a_day_is_below_only_when_its_upper_bound_is():
+    """Wilson's one-sided 95% upper bound (z = 1.6449), by hand for 7 of 29 frauds caught:
+    p = 0.24138, centre = p + z^2/2n = 0.28803, spread = z * sqrt(p(1-p)/n + z^2/4n^2) = 0.13878,
+    upper = (0.28803 + 0.13878) / (1 + z^2/n) = 0.39039."""
+    sure = MonitoringConfig(recall_margin=0.1, degraded_after_days=1, min_frauds=10, confidence=0.95)
+    clear = judge_day(DAY, 29, 7 / 29, 0.53, sure)  # floor 0.43
+    assert clear.recall_upper == pytest.approx(0.39039, abs=5e-5) and clear.below
+    # 11 of 29 (0.379) is below the floor as a point, but not beyond chance: upper bound 0.532.
+    noisy = judge_day(DAY, 29, 11 / 29, 0.53, sure)
+    assert noisy.recall_upper == pytest.approx(0.5317, abs=5e-4) and not noisy.below
+    assert judge_day(DAY, 29, 11 / 29, 0.53, CONFIG).below  # confidence 0: the point estimate decides
+    assert version_state(clear, 1, sure) == "degraded" and version_state(noisy, 0, sure) == "ok"
+
+
+def test_confidence_outside_0_1_is_refused():
+    with pytest.raises(ConfigError, match=r"confidence must be in \[0, 1\)"):
+        MonitoringConfig(confidence=1.0)
 
 
 def test_without_an_expectation_a_day_is_unjudged(tmp_path):
