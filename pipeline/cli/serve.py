@@ -7,11 +7,23 @@ Spark are imported when a command runs, never at import time (``fraudctl --help`
 from __future__ import annotations
 
 import json
+import sys
 
 import click
 
 from pipeline.cli.context import cli_context, parse_date
 from pipeline.config import ConfigError
+
+
+def keep_spark_out() -> None:
+    """Make ``import pyspark`` fail in this process, unless it already ran.
+
+    The scoring process never runs Spark, but MLflow probes for it when imported
+    (``mlflow.types.schema``: ``try: import pyspark``) and, wherever pyspark is installed (a venv shared
+    with ingest, as here), loads ~90 modules and ~30 MB into the service for nothing. A ``None`` entry
+    makes that probe take its "not installed" branch. Called first thing by ``serve``, in its own process.
+    """
+    sys.modules.setdefault("pyspark", None)
 
 
 @click.command()
@@ -30,6 +42,7 @@ def serve(ctx: click.Context, host: str | None, port: int | None, with_kafka: bo
     $FRAUD_SERVING_ADMIN_TOKEN); OpenAPI docs at /docs. Runs until SIGINT/SIGTERM. Exit code 1
     when the configuration is invalid or the server cannot start (e.g. the port is taken).
     """
+    keep_spark_out()
     from pipeline.serving.errors import ServingError
     from pipeline.serving.server import run
 

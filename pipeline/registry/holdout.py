@@ -141,7 +141,8 @@ def training_overlap(holdout: Holdout, splits_tag: str | None) -> list[str]:
 def holdout_metrics(holdout: Holdout, scores: np.ndarray) -> dict[str, float]:
     """The protocol's figures on the rows with finite scores, plus ``nan_share`` of the rest.
 
-    ``n`` / ``n_fraud`` count every holdout row (the NaN guardrail judges the unscored ones).
+    ``n`` / ``n_fraud`` count every holdout row (the NaN guardrail judges the unscored ones);
+    ``n_known_removed`` the rows the holdout dropped before (the protocol finds none left to drop).
     """
     labels = holdout.labels
     finite = np.isfinite(scores)
@@ -149,5 +150,6 @@ def holdout_metrics(holdout: Holdout, scores: np.ndarray) -> dict[str, float]:
     report = evaluate_protocol(scored, label_delay=holdout.label_delay).to_dict()
     metrics = {key: value for key, value in report.items() if isinstance(value, int | float)}
     metrics["n"], metrics["n_fraud"] = int(len(labels)), int(labels.sum())
+    metrics["n_known_removed"] = holdout.known_removed
     metrics["nan_share"] = float(1.0 - finite.mean()) if len(scores) else 0.0
     return metrics

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import pytest
 from pipeline.registry.audit import read_history
 from pipeline.registry.config import load_registry_config
 from pipeline.registry.errors import LockTimeout
-from pipeline.registry.lock import registry_lock
+from pipeline.registry.lock import LOCK_MODEL, NAME_TAG, registry_lock
 from pipeline.registry.promotion import run_gate
 from pipeline.registry.store import CHAMPION, connect, version_by_alias
 from pipeline.registry.tracking import register_run
@@ -39,6 +40,19 @@ def finish(proc: subprocess.Popen) -> tuple[int, dict | str]:
         return proc.returncode, err
 
 
+def wait_for_queued_gates(client, model_name: str, gates: list[subprocess.Popen], timeout_s: float = 240):
+    """Until every gate has drawn its lock ticket (``pipeline.registry.lock``: one per waiter)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        versions = client.search_model_versions(f"name = '{LOCK_MODEL}'")
+        tickets = [v for v in versions if v.tags.get(NAME_TAG) == model_name]
+        if len(tickets) > len(gates):  # the test's own ticket and one per gate
+            return
+        exited = [g.returncode for g in gates if g.poll() is not None]
+        assert not exited and time.monotonic() < deadline, f"{len(tickets)} lock tickets; gates exited: {exited}"
+        time.sleep(0.2)
+
+
 @pytest.fixture
 def dev_config():
     return load_registry_config("dev")  # what the fraudctl processes read: model "fraud-detector"
@@ -48,7 +62,18 @@ def dev_config():
 def test_two_concurrent_gates_promote_once(world, dev_config):
     client = connect(dev_config)
     version = register_run(world.run_dir("concurrent-first", world.good), dev_config)
-    results = [finish(p) for p in [start_gate(world), start_gate(world)]]
+    # Both gates start while the test holds the lock, and it is released only once both are queued
+    # for it: their attempts truly overlap, however the two processes happen to be scheduled.
+    with registry_lock(dev_config):
+        gates = [start_gate(world), start_gate(world)]
+        try:
+            wait_for_queued_gates(client, dev_config.model_name, gates)
+        except BaseException:
+            for gate in gates:
+                gate.kill()
+                gate.wait()
+            raise
+    results = [finish(p) for p in gates]
     assert [code for code, _ in results] == [0, 0], results
     assert sorted(report["outcome"] for _, report in results) == ["already-champion", "promoted"]
     assert int(version_by_alias(client, dev_config.model_name, CHAMPION).version) == version

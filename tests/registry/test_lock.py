@@ -21,6 +21,9 @@ from pipeline.registry.errors import LockTimeout
 from pipeline.registry.lock import LOCK_MODEL, NAME_TAG, RegistryLock
 
 ROOT = Path(__file__).parents[2]
+# Long enough that a holder's heartbeat (every lease / 4) never stalls for a whole lease on a loaded
+# machine, short enough that the tests which wait one lease out stay quick.
+LEASE_S = 5.0
 
 
 @pytest.fixture(scope="module")
@@ -61,9 +64,9 @@ def test_a_second_holder_times_out_naming_the_first_and_leaves_no_ticket(store):
 
 def test_heartbeats_keep_a_long_holder_alive(store):
     """Holding for several leases is fine while the holder's heartbeat reaches the store."""
-    with RegistryLock(client(store), "model-long", timeout_s=5, lease_s=1) as holder:
-        with pytest.raises(LockTimeout):
-            RegistryLock(client(store), "model-long", timeout_s=3, lease_s=1).acquire()
+    with RegistryLock(client(store), "model-long", timeout_s=5, lease_s=LEASE_S) as holder:
+        with pytest.raises(LockTimeout):  # the waiter watches the holder's heartbeat for 2.5 leases
+            RegistryLock(client(store), "model-long", timeout_s=2.5 * LEASE_S, lease_s=LEASE_S).acquire()
         holder.ensure_held()
 
 
@@ -83,16 +86,18 @@ def test_two_processes_never_overlap_and_lose_no_update(store, tmp_path):
 
 @pytest.mark.slow
 def test_a_killed_holder_blocks_the_next_one_for_one_lease_only(store):
-    holder = worker("hold", store, "model-killed", "2", stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    holder = worker("hold", store, "model-killed", str(LEASE_S), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
         assert holder.stdout.readline() == "held\n"
     finally:
         os.kill(holder.pid, signal.SIGKILL)
         holder.wait()
     started = time.monotonic()
-    with RegistryLock(client(store), "model-killed", timeout_s=30, lease_s=2):
+    with RegistryLock(client(store), "model-killed", timeout_s=6 * LEASE_S, lease_s=LEASE_S):
         waited = time.monotonic() - started
-    assert 2 <= waited < 10
+    # At least the lease: the dead ticket is broken only after its heartbeat stood still that long (the
+    # waiter's own clock, started after `started`). Well under the timeout: broken, not waited out.
+    assert LEASE_S <= waited < 4 * LEASE_S
 
 
 @pytest.mark.slow

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import gc
-import time
+import threading
 import weakref
 from dataclasses import replace
 
@@ -39,15 +39,22 @@ def test_freezing_collects_first_then_moves_every_live_object_out_of_collections
 
 def test_the_app_freezes_once_started_and_seeded_only_when_configured(serving_config, make_service, champion,
                                                                        monkeypatch):
-    calls: list[float] = []
-    monkeypatch.setattr(app_module, "freeze_startup_heap", lambda: calls.append(time.monotonic()) or 0)
+    calls: list[str] = []
+    frozen = threading.Event()
+
+    def fake_freeze() -> int:
+        calls.append("freeze")
+        frozen.set()
+        return 0
+
+    monkeypatch.setattr(app_module, "freeze_startup_heap", fake_freeze)
     freezing = replace(serving_config, server=replace(serving_config.server, freeze_heap=True))
     for config, expected in ((serving_config, 0), (freezing, 1)):
         calls.clear()
+        frozen.clear()
         with TestClient(app_of(make_service(config))) as http:
             assert http.get("/ready").status_code == 200
-            deadline = time.monotonic() + 30
-            while len(calls) < expected and time.monotonic() < deadline:
-                time.sleep(0.05)
-            time.sleep(0.2)
+            if expected:
+                assert frozen.wait(timeout=30), "the app never froze the heap after start-up"
+        # Shutdown is over: the freezing task (if any) has run or was cancelled, so no call can come later.
         assert len(calls) == expected

@@ -1,6 +1,11 @@
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
+import torch
 
 from pipeline.training.launch import JOB_SCRIPT, Torchrun, job_arguments, torchrun_command
 
@@ -19,13 +24,7 @@ def test_job_arguments_pass_only_what_was_given():
         "--run-dir", "/r", "--config", "/c.toml", "--dataset-root", "/d", "--no-resume"]
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU machine: `make gpu-check` itself is the test there")
 def test_gpu_check_says_clearly_when_there_is_no_gpu():
-    import subprocess
-    import sys
-
-    import torch
-
-    if torch.cuda.is_available():  # on a GPU machine `make gpu-check` itself is the test
-        return
     proc = subprocess.run([sys.executable, str(JOB_SCRIPT.parent / "gpu_check.py")], capture_output=True, text=True)
     assert proc.returncode == 2 and "no CUDA device" in proc.stderr

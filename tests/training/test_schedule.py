@@ -25,7 +25,9 @@ def test_decay_is_monotone_and_keyed_only_to_the_step():
     cfg = ScheduleConfig(warmup_steps=5, min_lr_ratio=0.0)
     lrs = [lr_at_step(s, 3e-3, 50, cfg) for s in range(5, 51)]
     assert all(a >= b for a, b in zip(lrs, lrs[1:], strict=False))
-    assert lr_at_step(17, 3e-3, 50, cfg) == lr_at_step(17, 3e-3, 50, cfg)
+    # Step 17 is 17 - 5 = 12 of the 50 - 5 = 45 decay steps; the floor is 0 (min_lr_ratio).
+    assert lr_at_step(17, 3e-3, 50, cfg) == pytest.approx(3e-3 * 0.5 * (1 + math.cos(math.pi * 12 / 45)), rel=1e-12)
+    assert lr_at_step(17, 3e-3, 50, cfg) > lr_at_step(18, 3e-3, 50, cfg)  # strictly decaying, not flat
 
 
 def test_warmup_longer_than_the_run_still_reaches_the_peak():
