@@ -1,12 +1,11 @@
-"""Two-rank DDP scenarios for test_comm_hooks, run in one ``torch.multiprocessing.spawn``.
+"""Two-rank DDP scenarios for test_comm_hooks, run in one spawn by :mod:`tests.training.two_ranks`.
 
 Each scenario runs on both ranks (gloo, FileStore rendezvous: no port) and returns a dict of
-measurements; rank 0 writes all of them to a JSON file the tests assert on.
+measurements the tests assert on. The model, batches and loss here are shared by the other hook tests.
 """
 
 from __future__ import annotations
 
-import json
 import math
 
 import torch
@@ -170,20 +169,3 @@ def checksum_mismatch_detected(rank: int) -> dict:
 SCENARIOS = [density_one_equals_dense, sparse_matches_manual, replicas_stay_identical,
              accumulation_matches_big_batch, fp16_counts_half_the_bytes,
              nan_on_one_rank_reaches_every_rank, checksum_mismatch_detected]
-
-
-def run_all(rank: int, store_file: str, out_file: str) -> None:
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{store_file}", rank=rank, world_size=2)
-    try:
-        results = {}
-        for scenario in SCENARIOS:
-            mine = scenario(rank)
-            every = [None, None]
-            dist.all_gather_object(every, mine)
-            results[scenario.__name__] = every
-        if rank == 0:
-            with open(out_file, "w") as fh:
-                json.dump(results, fh)
-    finally:
-        dist.destroy_process_group()

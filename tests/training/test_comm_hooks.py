@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
-import torch.multiprocessing as mp
 
 from tests.training import ddp_scenarios
+from tests.training.two_ranks import run_on_two_ranks
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory) -> dict:
-    tmp = tmp_path_factory.mktemp("ddp")
-    out = tmp / "results.json"
-    mp.spawn(ddp_scenarios.run_all, args=(str(tmp / "store"), str(out)), nprocs=2, join=True)
-    return json.loads(out.read_text())
+    return run_on_two_ranks(ddp_scenarios.SCENARIOS, tmp_path_factory.mktemp("ddp"))
 
 
 def test_density_one_gives_exactly_the_dense_allreduce(results):

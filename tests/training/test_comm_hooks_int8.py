@@ -7,13 +7,11 @@ delivered with their rank-order sum; byte counts are checked against their formu
 
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel
 
 from models.fraud_mlp import FraudModel
@@ -31,6 +29,7 @@ from pipeline.training.compression import (
 from pipeline.training.config import CompressionConfig
 from pipeline.training.distributed import check_replicas
 from tests.training.ddp_scenarios import MODEL, TINY_BUCKETS_MB, _batch, _loss
+from tests.training.two_ranks import run_on_two_ranks
 
 pytestmark = pytest.mark.slow
 
@@ -221,27 +220,9 @@ SCENARIOS = [int8_sum_is_exact, topk_int8_sum_and_bytes, topk_int8_wide_offsets,
              bf16_runs_on_gloo]
 
 
-def _run(rank: int, store_file: str, out_file: str) -> None:
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{store_file}", rank=rank, world_size=2)
-    try:
-        results = {}
-        for scenario in SCENARIOS:
-            every = [None, None]
-            dist.all_gather_object(every, scenario(rank))
-            results[scenario.__name__] = every
-        if rank == 0:
-            with open(out_file, "w") as fh:
-                json.dump(results, fh)
-    finally:
-        dist.destroy_process_group()
-
-
 @pytest.fixture(scope="module")
 def results(tmp_path_factory) -> dict:
-    tmp = tmp_path_factory.mktemp("ddp-int8")
-    mp.spawn(_run, args=(str(tmp / "store"), str(tmp / "out.json")), nprocs=2, join=True)
-    return json.loads((tmp / "out.json").read_text())
+    return run_on_two_ranks(SCENARIOS, tmp_path_factory.mktemp("ddp-int8"))
 
 
 def test_int8_all_gather_sum_equals_the_sum_of_the_dequantized_payloads(results):

@@ -3,12 +3,9 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel
 
 from models.fraud_mlp import FraudModel
@@ -16,6 +13,7 @@ from pipeline.training.comm_hooks import register_compression
 from pipeline.training.compression import densify, k_for, local_clip_threshold, select_topk
 from pipeline.training.config import CompressionConfig
 from tests.training.ddp_scenarios import MODEL, _batch, _loss
+from tests.training.two_ranks import run_on_two_ranks
 
 pytestmark = pytest.mark.slow
 
@@ -32,7 +30,7 @@ def _clipped_run(rank: int, dense: bool) -> tuple[DistributedDataParallel, objec
     return ddp, state
 
 
-def _scenario(rank: int) -> dict:
+def clipped_sparse_step(rank: int) -> dict:
     torch.manual_seed(0)
     local = FraudModel(MODEL)
     _loss(local, *_batch(rank, 0)).backward()
@@ -68,25 +66,9 @@ def _scenario(rank: int) -> dict:
             "dense_clipped_locally": dense_state.clipped_locally, "dense_max_diff": dense_diff}
 
 
-def _run(rank: int, store_file: str, out_file: str) -> None:
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{store_file}", rank=rank, world_size=2)
-    try:
-        mine = _scenario(rank)
-        every = [None, None]
-        dist.all_gather_object(every, mine)
-        if rank == 0:
-            with open(out_file, "w") as fh:
-                json.dump(every, fh)
-    finally:
-        dist.destroy_process_group()
-
-
 @pytest.fixture(scope="module")
 def results(tmp_path_factory) -> list[dict]:
-    tmp = tmp_path_factory.mktemp("ddp-clip")
-    mp.spawn(_run, args=(str(tmp / "store"), str(tmp / "out.json")), nprocs=2, join=True)
-    return json.loads((tmp / "out.json").read_text())
+    return run_on_two_ranks([clipped_sparse_step], tmp_path_factory.mktemp("ddp-clip"))["clipped_sparse_step"]
 
 
 def test_sparse_step_sends_topk_of_each_ranks_clipped_gradient(results):
