@@ -2,7 +2,7 @@
 
 One backtest, from the raw store to the protocol's figures, through the production jobs:
 
-1. **layout** (:func:`pipeline.protocol.plan_backtest`): validation days ending on ``train_end``
+1. **layout** (:func:`pipeline.evaluation.protocol.plan_backtest`): validation days ending on ``train_end``
    ``D``, train days before them, then a gap of ``G`` days, then the test days;
 2. **dataset**: the ingest job's backfill builds that layout from the raw store (Spark, the one
    feature kernel, manifested shards) into the backtest's own dataset root, with label maturity
@@ -10,7 +10,7 @@ One backtest, from the raw store to the protocol's figures, through the producti
    ``G`` days after the last test day). The production dataset and its ``LATEST`` are untouched;
 3. **training**: the normal training job under torchrun (conf/<env>/train.toml, the dataset
    version pinned: :func:`pipeline.training.launch.train_pinned`);
-4. **evaluation**: the test split as the gate's holdout (:mod:`pipeline.registry.holdout`: cards
+4. **evaluation**: the test split as the gate's holdout (:mod:`pipeline.evaluation.holdout`: cards
    already known compromised removed per day) scored by the trained model, the protocol's figures
    (card precision@100, AUC, AP, recall at 1% FPR, ECE) and, when the simulator's truth is given,
    recall per fraud pattern.
@@ -34,9 +34,15 @@ import numpy as np
 import pandas as pd
 
 from pipeline.atomic import write_json_atomic
+from pipeline.evaluation.holdout import Holdout, holdout_metrics, load_holdout
+from pipeline.evaluation.protocol import (
+    PATTERN_COLUMN,
+    BacktestDays,
+    BacktestLayout,
+    pattern_recall,
+    plan_backtest,
+)
 from pipeline.ingest.config import IngestConfig
-from pipeline.protocol import PATTERN_COLUMN, BacktestDays, BacktestLayout, pattern_recall, plan_backtest
-from pipeline.registry.holdout import Holdout, holdout_metrics, load_holdout
 from pipeline.training.launch import Torchrun, pin_train_config, run_training, train_pinned
 from pipeline.training.run_dir import RunDir, RunSummary
 

@@ -1,6 +1,6 @@
 """Card precision@k computed the plain way, for tests to check the protocol's figure against.
 
-The definition of pipeline/protocol.py's docstring (and pipeline/metrics.py's daily_card_precision)
+The definition of pipeline/evaluation/protocol.py's docstring (and pipeline/metrics.py's daily_card_precision)
 read literally, with none of their code: per UTC day, a card's score is its best payment's and the
 card is fraudulent if any of its payments that day is; the fraudulent cards among the ``k`` best-scored
 (ties: the smaller card id), over ``k``; cards caught in an earlier day's top ``k`` leave later days;

@@ -17,12 +17,12 @@ from pipeline.backtest import REPORT_FILE, BacktestSpec, backtest_ingest_config,
 from pipeline.cli.main import cli
 from pipeline.contract import Kind
 from pipeline.datasets.manifest import load_manifest
+from pipeline.evaluation.holdout import load_holdout
+from pipeline.evaluation.protocol import BacktestDays
 from pipeline.ingest.config import load_ingest_config
 from pipeline.ingest.job import run_raw_ingest
 from pipeline.ingest.progress import quiet
 from pipeline.kafka.producer import publish_records
-from pipeline.protocol import BacktestDays
-from pipeline.registry.holdout import load_holdout
 from pipeline.simulation import load_simulation_config
 from pipeline.simulation.windows import Window, labels_published_on, simulate_window
 from pipeline.training.config import derive_train_config, write_train_toml

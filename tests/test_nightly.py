@@ -162,7 +162,8 @@ def test_fraudctl_nightly_refuses_a_bad_date_as_a_usage_error():
 @pytest.fixture
 def registered_night(state_dir, tmp_path, monkeypatch):
     """A published dataset, the night's finished run of a good model on it, and the registry config."""
-    from pipeline.registry.config import GateConfig, Guardrail, RegistryConfig
+    from pipeline.evaluation.config import GateConfig, Guardrail
+    from pipeline.registry.config import RegistryConfig
     from tests.registry import factory
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)

@@ -17,7 +17,7 @@ these bytes (``bytes_ratio_all_steps`` counts the warm-ups too). ``comm_wait_sha
 step time rank 0 spent waiting on communication that backward did not hide (pipeline/training/
 comm_hooks.py, from the epoch records), over all epochs and over those after the warm-ups. Quality is
 measured on the dataset's test split under the evaluation protocol
-(:func:`pipeline.registry.holdout.load_holdout`), scored with each run's exported model (best
+(:func:`pipeline.evaluation.holdout.load_holdout`), scored with each run's exported model (best
 validation epoch, weight average, calibrated).
 """
 
@@ -35,8 +35,8 @@ from typing import Any
 from pipeline.backtest import score_frame
 from pipeline.bench.dataset import bench_dataset_root
 from pipeline.bench.train import BENCH_MODEL, run_bench_training
+from pipeline.evaluation.holdout import Holdout, holdout_metrics, load_holdout
 from pipeline.paths import state_dir
-from pipeline.registry.holdout import Holdout, holdout_metrics, load_holdout
 from pipeline.training.config import load_train_config
 from pipeline.training.run_dir import RunDir
 

@@ -1,10 +1,11 @@
 """The simulated portfolios the training benchmarks share: simulator -> Kafka -> Spark ingest -> backtest.
 
 One portfolio per simulation preset (``default``: conf/dev/simulation.toml; ``ecommerce``:
-simulation.ecommerce.toml, another fraud mix and seed) and size. Each goes the production way: the
-simulator's window (payments and the fraud reports made by its end) is published to a fresh
-embedded broker and landed in a raw store by the ingest job; the benchmark dataset is then the
-backtest layout :data:`BENCH_DAYS` built from that raw store by :mod:`pipeline.backtest` (its test
+simulation.ecommerce.toml, another fraud mix and seed; ``highrisk``: simulation.highrisk.toml, ~4%
+fraud moving week to week, mostly in per-card compromise windows of a few days) and size. Each goes
+the production way: the simulator's window (payments and the fraud reports made by its end) is
+published to a fresh embedded broker and landed in a raw store by the ingest job; the benchmark
+dataset is then the backtest layout :data:`BENCH_DAYS` built from that raw store by :mod:`pipeline.backtest` (its test
 split is the protocol holdout every model is scored on). Cached under
 ``<state>/bench/<preset>-<size>/``; later runs reuse the raw store and the published dataset.
 ``$FRAUD_BENCH_DATASET`` points the benchmarks at any other dataset root instead.
@@ -26,19 +27,19 @@ import pandas as pd
 
 from pipeline.backtest import BacktestData, BacktestSpec, build_backtest_data
 from pipeline.contract import Kind
+from pipeline.evaluation.holdout import load_holdout
+from pipeline.evaluation.protocol import BacktestDays
 from pipeline.ingest.config import IngestConfig, load_ingest_config
 from pipeline.ingest.progress import quiet
 from pipeline.kafka.broker import EmbeddedBroker, free_port
 from pipeline.kafka.producer import publish_records
 from pipeline.kafka.settings import load_kafka_config
 from pipeline.paths import state_dir
-from pipeline.protocol import BacktestDays
-from pipeline.registry.holdout import load_holdout
 from pipeline.simulation import load_simulation_config
 from pipeline.simulation.windows import Window, labels_published_on, simulate_window
 
 BENCH_DATASET_ENV = "FRAUD_BENCH_DATASET"
-PRESETS = ("default", "ecommerce")
+PRESETS = ("default", "ecommerce", "highrisk")
 # Several validation days (a stable early-stopping signal), a gap of the dev label maturity, a week of test.
 BENCH_DAYS = BacktestDays(train=14, validation=5, gap=7, test=7)
 SIM_DAYS = BENCH_DAYS.train + BENCH_DAYS.validation + BENCH_DAYS.gap + BENCH_DAYS.test + BENCH_DAYS.gap

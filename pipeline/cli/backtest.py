@@ -43,10 +43,10 @@ def backtest(ctx: click.Context, train_end, train_days: int, validation_days: in
     report.json (every figure, the layout, the dataset and the run) to the output directory.
     """
     from pipeline.backtest import REPORT_FILE, BacktestSpec, run_backtest
+    from pipeline.evaluation.protocol import BacktestDays
     from pipeline.ingest.config import load_ingest_config
     from pipeline.ingest.job import failure_message
     from pipeline.paths import state_dir
-    from pipeline.protocol import BacktestDays
     from pipeline.training.launch import Torchrun, TrainingJobFailed
 
     env = cli_context(ctx).env

@@ -1,9 +1,9 @@
 """``fraudctl register | promote | rollback | history | evaluate``: the MLflow registry commands.
 
 Thin: parse options, load ``conf/<env>/registry.toml``, call one function of ``pipeline.registry``,
-print. Expected failures (RegistryError, bad config) exit 1 with the message, and so does a model
-name the store does not know (a typo must not read as an empty history); ``promote`` exits 3 when
-the gate rejects the challenger. The table of exit codes is README.md, "## Exit codes".
+print. Expected failures (RegistryError, EvaluationError, bad config) exit 1 with the message, and so
+does a model name the store does not know (a typo must not read as an empty history); ``promote``
+exits 3 when the gate rejects the challenger. The table of exit codes is README.md, "## Exit codes".
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import click
 
 from pipeline.cli.context import cli_context, parse_date
 from pipeline.config import ConfigError
+from pipeline.evaluation.errors import EvaluationError
 from pipeline.registry.config import RegistryConfig, load_registry_config, resolved_tracking_uri
 from pipeline.registry.errors import (
     CheckpointError,
@@ -43,12 +44,13 @@ def _config(ctx: click.Context) -> RegistryConfig:
 
 
 def _expected_errors(f):
-    """RegistryError / CheckpointError / ConfigError -> exit 1 with the message (nothing was changed)."""
+    """RegistryError / EvaluationError / CheckpointError / ConfigError -> exit 1 with the message
+    (nothing was changed)."""
     @functools.wraps(f)
     def wrapper(*args, **kwargs):
         try:
             return f(*args, **kwargs)
-        except (RegistryError, CheckpointError, ConfigError) as exc:
+        except (RegistryError, EvaluationError, CheckpointError, ConfigError) as exc:
             raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
     return wrapper
 
@@ -117,8 +119,8 @@ def promote(ctx: click.Context, dataset_root: Path | None, dataset_version: str 
       1  error (unreachable store, no challenger, corrupt artifact, signature mismatch, ...); champion unchanged
     Re-running the same gate (same challenger, champion and holdout) repeats the recorded decision.
     """
+    from pipeline.evaluation.report import format_gate_report
     from pipeline.registry.promotion import run_gate
-    from pipeline.registry.report import format_gate_report
 
     config = _config(ctx)
     _connect_to_model(config, config.model_name, missing=NoChallenger)
@@ -161,8 +163,7 @@ def rollback(ctx: click.Context, to_version: int | None, from_checkpoint: str | 
 def history(ctx: click.Context, as_json: bool, limit: int | None) -> None:
     """Current aliases and the audit history: promotions, rejections and rollbacks."""
     from pipeline.decisions.operating_points import operating_points_from_tags
-    from pipeline.registry.audit import read_history
-    from pipeline.registry.report import format_history
+    from pipeline.registry.audit import format_history, read_history
     from pipeline.registry.store import CHALLENGER, CHAMPION, PREVIOUS_CHAMPION, version_by_alias
 
     config = _config(ctx)

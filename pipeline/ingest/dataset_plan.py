@@ -7,7 +7,7 @@ maturity period, so "no fraud report" means genuine and no immature row enters t
 The days ``[S, E]`` split into consecutive windows of the configured lengths: train, then
 validation, then (``gap_days`` > 0) a gap no split uses, then test (latest). With a gap, train and
 validation labels are those known at the end of the gap, test labels those known at ``C`` (the
-evaluation protocol of :mod:`pipeline.protocol`: the holdout is scored as a model trained before
+evaluation protocol of :mod:`pipeline.evaluation.protocol`: the holdout is scored as a model trained before
 the test days would score it). The gap's rows are published too, as split ``gap``: the evaluator
 reads which cards were reported compromised during it.
 

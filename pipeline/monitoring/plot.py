@@ -1,7 +1,7 @@
 """The monitored day as one PNG: a row per model version with its live vs validation score
 distribution (log-odds, the thresholds marked), its per-feature PSI and its recall history.
 
-Matplotlib headless (Agg), as :mod:`pipeline.registry.plots`.
+Matplotlib headless (Agg), as :mod:`pipeline.evaluation.plots`.
 """
 
 from __future__ import annotations

@@ -120,7 +120,7 @@ class RegisteredModel(Record):
 class GateOutcome(Record):
     """gate's output. A rejection is a decision, not a failure: the night succeeded."""
 
-    outcome: str  # promoted | rejected | already-champion (pipeline.registry.report)
+    outcome: str  # promoted | rejected | already-champion (pipeline.evaluation.report)
     promoted: bool
     challenger_version: int
     compared_with: int | None  # the champion it was gated against (None: the first model)

@@ -156,9 +156,10 @@ def gate(registry: RegistryConfig, registered: RegisteredModel, dataset: Publish
     Refuses to gate when ``challenger`` no longer names the night's version: another registration
     came in between, and its model is not this night's to judge.
     """
+    from pipeline.evaluation.errors import EvaluationError
+    from pipeline.evaluation.report import ALREADY_CHAMPION, format_gate_report
     from pipeline.registry.errors import RegistryError
     from pipeline.registry.promotion import run_gate
-    from pipeline.registry.report import ALREADY_CHAMPION, format_gate_report
     from pipeline.registry.store import CHALLENGER, CHAMPION, connect, version_by_alias
 
     name = registry.model_name
@@ -171,7 +172,7 @@ def gate(registry: RegistryConfig, registered: RegisteredModel, dataset: Publish
                                       f"from {registered.run_dir}: re-run this night's register stage to gate it")
         report = run_gate(registry, Path(dataset.root), dataset_version=dataset.version)
         champion = version_by_alias(client, name, CHAMPION)
-    except (RegistryError, ConfigError) as exc:
+    except (RegistryError, EvaluationError, ConfigError) as exc:
         raise StageFailed("gate", f"{type(exc).__name__}: {exc}") from exc
     if report.outcome == ALREADY_CHAMPION:
         earlier = _earlier_promotion(ledger, registered.version)

@@ -6,6 +6,8 @@ as the aliases it explains, and it works unchanged against a remote tracking ser
 table next to a local SQLite file would not exist. Writers append only while holding the registry
 lock (:mod:`pipeline.registry.lock`), so sequence numbers never collide. Caveat: tags are editable by
 anyone with write access to the model; this is an operator history, not a tamper-proof ledger.
+
+:func:`format_history` is its printed form (``fraudctl history``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import asdict, dataclass
 
 from mlflow import MlflowClient
 
+from pipeline.decisions.operating_points import OperatingPoints
 from pipeline.registry.store import model_exists
 
 TAG_PREFIX = "audit."
@@ -77,3 +80,19 @@ def read_history(client: MlflowClient, model_name: str) -> list[AuditRecord]:
     tags = client.get_registered_model(model_name).tags
     entries = sorted((s, v) for k, v in tags.items() if (s := _sequence(k)) is not None)
     return [AuditRecord(**json.loads(value)) for _, value in entries]
+
+
+def format_history(model_name: str, aliases: dict[str, int | None], records: list[AuditRecord],
+                   operating_points: dict[int, OperatingPoints | None] | None = None) -> str:
+    """Current aliases, each aliased version's operating points (``operating_points``: by version),
+    then one line per audit record (oldest first)."""
+    current = "  ".join(f"{alias}=v{v}" if v else f"{alias}=-" for alias, v in aliases.items())
+    lines = [f"{model_name}: {current}"]
+    for version in dict.fromkeys(v for v in aliases.values() if v and operating_points is not None):
+        points = operating_points.get(version)
+        lines.append(f"  v{version}: {points.describe() if points else 'no operating points (decided with serving.toml thresholds)'}")
+    lines.append(f"{'time':<26}{'actor':<14}{'action':<26}{'from':>6}{'to':>6}  reason")
+    for r in records:
+        lines.append(f"{r.time:<26}{r.actor[:13]:<14}{r.action:<26}{r.from_version or '-':>6}"
+                     f"{r.to_version or '-':>6}  {r.reason}")
+    return "\n".join(lines)

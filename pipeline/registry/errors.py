@@ -42,9 +42,5 @@ class DatasetError(RegistryError):
     """A published dataset (or the requested window of it) cannot be read."""
 
 
-class HoldoutError(RegistryError):
-    """No usable holdout window (missing split, labels not mature, or overlaps training data)."""
-
-
 class LockTimeout(RegistryError):
     """Another promotion or rollback holds the registry lock for too long."""

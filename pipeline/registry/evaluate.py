@@ -1,6 +1,6 @@
 """``fraudctl evaluate``: score any model URI on any published dataset window.
 
-The window is evaluated by the protocol (:mod:`pipeline.protocol`), as the gate evaluates its holdout:
+The window is evaluated by the protocol (:mod:`pipeline.evaluation.protocol`), as the gate evaluates its holdout:
 rows of cards already known compromised on their day are left out (``n_known_removed``), and the
 report holds auc_roc, average_precision, recall_at_1pct_fpr, card_precision_at_100 (per day, detected
 cards excluded), ece, n, n_fraud. Optionally writes the evaluated rows' scores (transaction_id,
@@ -19,8 +19,8 @@ from mlflow.exceptions import MlflowException
 
 from pipeline.atomic import atomic_path
 from pipeline.datasets.manifest import REPORTED_AT_COLUMN, DateWindow, ManifestError, load_manifest
+from pipeline.evaluation.holdout import holdout_metrics, protocol_holdout
 from pipeline.registry.errors import DatasetError
-from pipeline.registry.holdout import holdout_metrics, protocol_holdout
 from pipeline.registry.scoring import load_scorer, score_rows
 
 REPORT_KEYS = ("auc_roc", "average_precision", "recall_at_1pct_fpr", "card_precision_at_100", "ece", "n",

@@ -1,8 +1,8 @@
 """The promotion gate (``fraudctl promote``, the nightly DAG's gate step).
 
 Under the registry lock: resolve ``challenger`` and ``champion``, load the holdout, score both models
-on the same rows, compare them with paired intervals (:mod:`pipeline.registry.comparison`), decide
-with :func:`pipeline.registry.gate.should_promote`, check the lock is still held, then -- only then --
+on the same rows, compare them with paired intervals (:mod:`pipeline.evaluation.comparison`), decide
+with :func:`pipeline.evaluation.gate.should_promote`, check the lock is still held, then -- only then --
 move the aliases, append the audit record, and store the decision (version tags + a JSON report
 artifact on the challenger's run). Any error before that point leaves the registry untouched.
 
@@ -36,16 +36,17 @@ from pipeline.decisions.operating_points import (
     operating_points_from_tags,
     split_figures,
 )
+from pipeline.evaluation.comparison import Comparison, budget_metrics, compare_models
+from pipeline.evaluation.errors import HoldoutError
+from pipeline.evaluation.gate import Decision, comparison_budget, should_promote
+from pipeline.evaluation.holdout import Holdout, holdout_metrics, load_holdout, training_overlap
+from pipeline.evaluation.report import ALREADY_CHAMPION, PROMOTED, REJECTED, GateReport, OwnThresholds
 from pipeline.metrics import PairedDifference
 from pipeline.registry import audit
 from pipeline.registry.aliases import advance_champion
-from pipeline.registry.comparison import Comparison, budget_metrics, compare_models
 from pipeline.registry.config import RegistryConfig
-from pipeline.registry.errors import HoldoutError, NoChallenger
-from pipeline.registry.gate import Decision, comparison_budget, should_promote
-from pipeline.registry.holdout import Holdout, holdout_metrics, load_holdout, training_overlap
+from pipeline.registry.errors import NoChallenger
 from pipeline.registry.lock import registry_lock
-from pipeline.registry.report import ALREADY_CHAMPION, PROMOTED, REJECTED, GateReport, OwnThresholds
 from pipeline.registry.scoring import load_scorer, score_rows
 from pipeline.registry.store import CHALLENGER, CHAMPION, connect, version_by_alias, version_uri
 
@@ -62,7 +63,8 @@ def run_gate(config: RegistryConfig, dataset_root: Path | None = None, dataset_v
 
     ``dataset_root`` defaults to the dataset the challenger was trained from (its ``dataset.root``
     tag); the holdout is that root's latest (or ``dataset_version``) ``holdout_split``.
-    Raises a RegistryError (champion untouched) when anything needed cannot be read or scored.
+    Raises a RegistryError, or a HoldoutError (an EvaluationError) for an unusable holdout, with the
+    champion untouched, when anything needed cannot be read or scored.
     """
     client = connect(config)
     actor = audit.resolve_actor(actor)

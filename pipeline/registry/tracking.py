@@ -45,11 +45,11 @@ from mlflow.utils.validation import (
 from pipeline.config import PROJECT_ROOT, flatten
 from pipeline.datasets.manifest import LABEL_COLUMN, DatasetManifest
 from pipeline.decisions.operating_points import OPERATING_POINTS_FILE, read_operating_points
-from pipeline.registry import plots
+from pipeline.evaluation import plots
 from pipeline.registry.config import RegistryConfig
 from pipeline.registry.model_package import feature_columns, log_pyfunc_model, register_version
-from pipeline.registry.run_dir import TrainingRun, read_training_run
 from pipeline.registry.store import CHALLENGER, connect, ensure_experiment
+from pipeline.registry.training_run import TrainingRun, read_training_run
 from pipeline.training.run_dir import DATASET_FILE, RunSummary
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,8 @@ from mlflow import MlflowClient
 
 from models.fraud_mlp import FraudModel
 from pipeline.datasets.manifest import DatasetManifest
-from pipeline.registry.config import GateConfig, Guardrail, RegistryConfig
+from pipeline.evaluation.config import GateConfig, Guardrail
+from pipeline.registry.config import RegistryConfig
 from pipeline.registry.store import connect
 from tests.registry import factory
 

@@ -146,6 +146,8 @@ def test_cli_register_promote_history_evaluate(world, tmp_path):
     code, out = invoke(world, ["promote", "--actor", "ops"])
     assert code == 0 and "PROMOTED: v1 is champion" in out and "auc_roc" in out
     invoke(world, ["register", "--run-dir", str(world.run_dir("cli-worse", factory.inverted(world.good)))])
+    code, out = invoke(world, ["promote", "--dataset-root", str(tmp_path / "no-dataset")])
+    assert code == 1 and "HoldoutError: no usable holdout" in out  # an evaluation failure: exit 1, no record
     code, out = invoke(world, ["promote", "--json"])
     assert code == 3 and json.loads(out)["outcome"] == "rejected"
     code, out = invoke(world, ["history"])

@@ -11,19 +11,9 @@ import pytest
 from pipeline.datasets.manifest import LABEL_COLUMN
 from pipeline.datasets.reader import read_split
 from pipeline.decisions.operating_points import JSON_TAG, operating_points_from_tags, split_figures
-from pipeline.kafka.broker import free_port
-from pipeline.metrics import precision_at_rate, recall_at_rate
-from pipeline.registry.audit import read_history
-from pipeline.registry.config import Guardrail
-from pipeline.registry.errors import (
-    HoldoutError,
-    ModelLoadError,
-    NoChallenger,
-    SignatureMismatch,
-    TrackingUnavailable,
-)
-from pipeline.registry.promotion import GATE_TAG_PREFIX, run_gate
-from pipeline.registry.report import (
+from pipeline.evaluation.config import Guardrail
+from pipeline.evaluation.errors import HoldoutError
+from pipeline.evaluation.report import (
     ALREADY_CHAMPION,
     EXIT_PROMOTED,
     EXIT_REJECTED,
@@ -31,6 +21,16 @@ from pipeline.registry.report import (
     REJECTED,
     format_gate_report,
 )
+from pipeline.kafka.broker import free_port
+from pipeline.metrics import precision_at_rate, recall_at_rate
+from pipeline.registry.audit import read_history
+from pipeline.registry.errors import (
+    ModelLoadError,
+    NoChallenger,
+    SignatureMismatch,
+    TrackingUnavailable,
+)
+from pipeline.registry.promotion import GATE_TAG_PREFIX, run_gate
 from pipeline.registry.rollback import rollback
 from pipeline.registry.store import CHAMPION, PREVIOUS_CHAMPION, version_by_alias
 from pipeline.registry.tracking import register_run

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from pipeline.datasets.reader import read_split
+from pipeline.evaluation.report import PROMOTED
 from pipeline.registry.audit import read_history
 from pipeline.registry.errors import CheckpointError, ModelLoadError, NoChampion, RegistryError
 from pipeline.registry.promotion import run_gate
-from pipeline.registry.report import PROMOTED
 from pipeline.registry.rollback import resolve_checkpoint, rollback, rollback_from_checkpoint
 from pipeline.registry.store import CHAMPION, PREVIOUS_CHAMPION, version_by_alias
 from pipeline.registry.tracking import register_run

@@ -4,7 +4,7 @@ That window is the published dataset's ``test`` split (config ``holdout_split``)
 from the latest dates whose labels passed the label cutoff, after a gap of label-maturity days, and
 training uses only ``train`` (fit) and ``validation`` (early stopping, temperature).
 
-The holdout follows the evaluation protocol (:mod:`pipeline.protocol`): rows of cards already known
+The holdout follows the evaluation protocol (:mod:`pipeline.evaluation.protocol`): rows of cards already known
 to be compromised on the row's day (a fraud in the training period, or a fraud report made, plus
 the label delay, before that day) are dropped, since catching those again is worth nothing, and the
 metrics are the protocol's (card precision@100 per day with detected cards excluded, AUC, AP,
@@ -35,8 +35,8 @@ from pipeline.datasets.manifest import (
     load_manifest,
 )
 from pipeline.datasets.reader import read_shards
-from pipeline.protocol import evaluate_protocol, known_compromised_rows
-from pipeline.registry.errors import HoldoutError
+from pipeline.evaluation.errors import HoldoutError
+from pipeline.evaluation.protocol import evaluate_protocol, known_compromised_rows
 
 TRAINING_SPLITS = ("train", "validation")  # what a model saw: fitting and early stopping/calibration
 

@@ -3,8 +3,8 @@ comparison and the gate config.
 
 No I/O: :mod:`pipeline.registry.promotion` scores the models and acts on the :class:`Decision`.
 
-Metric keys read from the mappings (as produced by :func:`pipeline.registry.holdout.holdout_metrics`
-and :func:`pipeline.registry.comparison.budget_metrics`): ``auc_roc``, ``average_precision``,
+Metric keys read from the mappings (as produced by :func:`pipeline.evaluation.holdout.holdout_metrics`
+and :func:`pipeline.evaluation.comparison.budget_metrics`): ``auc_roc``, ``average_precision``,
 ``recall_at_budget``, ``ece``, ``n_fraud``, ``nan_share``. Against a champion, AUC-ROC, average
 precision and recall at the review budget are judged on the paired intervals of the
 :class:`Comparison`, never on the two point estimates: the challenger is blocked only when the whole
@@ -24,9 +24,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from pipeline.decisions.operating_points import OperatingPoints
+from pipeline.evaluation.comparison import Comparison
+from pipeline.evaluation.config import GateConfig, Guardrail
 from pipeline.metrics import PairedDifference
-from pipeline.registry.comparison import Comparison
-from pipeline.registry.config import GateConfig, Guardrail
 
 INSUFFICIENT_EVIDENCE = "insufficient evidence"
 

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from pipeline.datasets.manifest import DateWindow
-from pipeline.protocol import (
+from pipeline.evaluation.protocol import (
     BacktestDays,
     BacktestLayout,
     ProtocolError,

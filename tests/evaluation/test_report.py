@@ -1,4 +1,4 @@
-"""Gate report storage (JSON round trip, NaN-safe) and the printed forms."""
+"""Gate report storage (JSON round trip, NaN-safe) and its printed form."""
 
 from __future__ import annotations
 
@@ -6,19 +6,14 @@ import json
 import math
 from dataclasses import replace
 
-import numpy as np
-
 from pipeline.decisions.operating_points import (
     DecisionBudget,
     OperatingPoints,
     SplitFigures,
-    choose_operating_points,
 )
-from pipeline.metrics import PairedDifference
-from pipeline.registry.audit import AuditRecord
-from pipeline.registry.comparison import Comparison
-from pipeline.registry.gate import Decision
-from pipeline.registry.report import (
+from pipeline.evaluation.comparison import Comparison
+from pipeline.evaluation.gate import Decision
+from pipeline.evaluation.report import (
     EXIT_PROMOTED,
     EXIT_REJECTED,
     PROMOTED,
@@ -26,8 +21,8 @@ from pipeline.registry.report import (
     GateReport,
     OwnThresholds,
     format_gate_report,
-    format_history,
 )
+from pipeline.metrics import PairedDifference
 
 NAN = float("nan")
 COMPARISON = Comparison(
@@ -134,21 +129,3 @@ def test_printed_report_shows_the_budget_each_models_thresholds_and_their_holdou
     assert lines[at + 1].split() == ["holdout:", "review", "rate", "0.62%,", "recall", "0.0288,", "precision",
                                      "0.8000,", "block", "rate", "0.12%"]
     assert "  champion v3: no operating points (see the notes)" in lines
-
-
-def test_printed_history_lists_aliases_and_records():
-    records = [AuditRecord("2024-03-09T02:00:00+00:00", "airflow", "promote", None, 1, "gate: ok"),
-               AuditRecord("2024-03-10T09:30:00+00:00", "alice", "rollback-to-version", 2, 1, "drill")]
-    lines = format_history("fraud-detector", {"champion": 1, "previous-champion": None}, records).splitlines()
-    assert lines[0] == "fraud-detector: champion=v1  previous-champion=-"
-    assert lines[2].split()[:5] == ["2024-03-09T02:00:00+00:00", "airflow", "promote", "-", "1"]
-    assert lines[3].split()[-1] == "drill"
-
-
-def test_printed_history_shows_the_operating_points_of_each_aliased_version():
-    points = choose_operating_points(np.r_[np.zeros(990), np.ones(10)], np.linspace(0, 1, 1000), DecisionBudget())
-    lines = format_history("fraud-detector", {"champion": 2, "previous-champion": 1, "challenger": 2}, [],
-                           {2: points, 1: None}).splitlines()
-    assert lines[1] == f"  v2: {points.describe()}" and "review >= 0.996 (budget: top 0.50% of payments)" in lines[1]
-    assert lines[2] == "  v1: no operating points (decided with serving.toml thresholds)"
-    assert lines[3].split()[:2] == ["time", "actor"]

@@ -1,7 +1,7 @@
 """Challenger vs champion on the same holdout rows: how different they are, and how sure we are.
 
 Pure numpy, no I/O. :func:`compare_models` turns both models' scores on one holdout into a
-:class:`Comparison` that :func:`pipeline.registry.gate.should_promote` decides on and the gate report
+:class:`Comparison` that :func:`pipeline.evaluation.gate.should_promote` decides on and the gate report
 stores and prints:
 
 * AUC-ROC difference with DeLong's paired interval (closed form, exact for the observed rows),
@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.evaluation.config import IntervalConfig
 from pipeline.metrics import (
     PairedDifference,
     delong_auc_difference,
@@ -32,7 +33,6 @@ from pipeline.metrics import (
     precision_at_rate,
     recall_at_rate,
 )
-from pipeline.registry.config import IntervalConfig
 
 
 @dataclass(frozen=True)

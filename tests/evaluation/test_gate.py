@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from pipeline.decisions.operating_points import DecisionBudget, explicit_operating_points
+from pipeline.evaluation.comparison import Comparison, budget_metrics, compare_models
+from pipeline.evaluation.config import GateConfig, Guardrail
+from pipeline.evaluation.gate import INSUFFICIENT_EVIDENCE, comparison_budget, should_promote
 from pipeline.metrics import PairedDifference, classification_report
-from pipeline.registry.comparison import Comparison, budget_metrics, compare_models
-from pipeline.registry.config import GateConfig, Guardrail
-from pipeline.registry.gate import INSUFFICIENT_EVIDENCE, comparison_budget, should_promote
 
 CHAMPION = {"auc_roc": 0.90, "average_precision": 0.60, "recall_at_budget": 0.40, "precision_at_budget": 0.30,
             "ece": 0.01, "n_fraud": 200, "nan_share": 0.0}

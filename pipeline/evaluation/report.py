@@ -1,5 +1,4 @@
-"""What a gate run decided, in a form that is stored (version tag, JSON artifact) and printed;
-and the printed form of the audit history.
+"""What a gate run decided, in a form that is stored (version tag, JSON artifact) and printed.
 
 Exit codes of ``fraudctl promote`` come from here: 0 promoted (or already champion), 3 rejected.
 Errors (exit 1) never produce a report.
@@ -13,10 +12,9 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from pipeline.decisions.operating_points import OperatingPoints, SplitFigures
+from pipeline.evaluation.comparison import Comparison
+from pipeline.evaluation.gate import Decision, describe
 from pipeline.jsonable import nan_to_none
-from pipeline.registry.audit import AuditRecord
-from pipeline.registry.comparison import Comparison
-from pipeline.registry.gate import Decision, describe
 
 EXIT_PROMOTED = 0
 EXIT_REJECTED = 3
@@ -167,19 +165,3 @@ def _comparison_lines(comparison: Comparison) -> list[str]:
         lines.append(f"  {key:<22}{describe(diff)}  ({diff.method}, {diff.units} {units})")
     lines.append(f"  {'psi':<22}{_fmt(comparison.psi)}")
     return lines
-
-
-def format_history(model_name: str, aliases: dict[str, int | None], records: list[AuditRecord],
-                   operating_points: dict[int, OperatingPoints | None] | None = None) -> str:
-    """Current aliases, each aliased version's operating points (``operating_points``: by version),
-    then one line per audit record (oldest first)."""
-    current = "  ".join(f"{alias}=v{v}" if v else f"{alias}=-" for alias, v in aliases.items())
-    lines = [f"{model_name}: {current}"]
-    for version in dict.fromkeys(v for v in aliases.values() if v and operating_points is not None):
-        points = operating_points.get(version)
-        lines.append(f"  v{version}: {points.describe() if points else 'no operating points (decided with serving.toml thresholds)'}")
-    lines.append(f"{'time':<26}{'actor':<14}{'action':<26}{'from':>6}{'to':>6}  reason")
-    for r in records:
-        lines.append(f"{r.time:<26}{r.actor[:13]:<14}{r.action:<26}{r.from_version or '-':>6}"
-                     f"{r.to_version or '-':>6}  {r.reason}")
-    return "\n".join(lines)

@@ -9,6 +9,8 @@ import math
 import numpy as np
 import pytest
 
+from pipeline.evaluation.comparison import Comparison, budget_metrics, compare_models
+from pipeline.evaluation.config import IntervalConfig
 from pipeline.metrics import (
     auc_roc,
     average_precision,
@@ -16,8 +18,6 @@ from pipeline.metrics import (
     precision_at_rate,
     recall_at_rate,
 )
-from pipeline.registry.comparison import Comparison, budget_metrics, compare_models
-from pipeline.registry.config import IntervalConfig
 
 SETTINGS = IntervalConfig(confidence=0.9, bootstrap_resamples=200, seed=5)
 BUDGET = 0.05  # 100 of the 2,000 rows
