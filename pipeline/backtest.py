@@ -43,8 +43,8 @@ from pipeline.evaluation.protocol import (
     plan_backtest,
 )
 from pipeline.ingest.config import IngestConfig
-from pipeline.training.launch import Torchrun, pin_train_config, run_training, train_pinned
-from pipeline.training.run_dir import RunDir, RunSummary
+from pipeline.training.launch import Torchrun, train_pinned
+from pipeline.training.run_dir import RunDir
 
 Echo = Callable[[str], None]
 REPORT_FILE = "report.json"
@@ -104,26 +104,6 @@ def build_backtest_data(config: IngestConfig, spec: BacktestSpec, root: Path, *,
                           spark=spark, progress=progress)
     version = report.dataset.version
     return BacktestData(root, version, load_holdout(root, "test", version))
-
-
-def pinned_train_config(env: str | None, data: BacktestData, path: Path,
-                        overrides: dict[str, dict[str, Any]] | None = None) -> Path:
-    """conf/<env>/train.toml with the dataset version pinned and per-slice ``overrides`` applied.
-
-    With :func:`train_run`, the two-step form of :func:`pipeline.training.launch.train_pinned`
-    that pipeline/bench/baseline.py still uses; :func:`run_backtest` calls ``train_pinned``.
-    """
-    return pin_train_config(env, data.root, data.version, path, overrides)
-
-
-def train_run(env: str | None, data: BacktestData, run: RunDir, torchrun: Torchrun, config_path: Path,
-              log_file: Path | None = None) -> RunSummary:
-    """The training job on the train.toml :func:`pinned_train_config` wrote; a finished run in
-    ``run`` is reused, not retrained (as :func:`pipeline.training.launch.train_pinned` does)."""
-    summary = run.read_summary()
-    if summary is not None:
-        return summary
-    return run_training(None, run.path, data.root, torchrun, config_path=config_path, log_file=log_file)
 
 
 def score_frame(run: RunDir, frame: pd.DataFrame) -> np.ndarray:

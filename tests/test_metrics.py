@@ -12,8 +12,10 @@ from sklearn.metrics import average_precision_score, roc_auc_score
 
 from pipeline import metrics
 from pipeline.metrics import (
+    CalibrationBin,
     auc_roc,
     average_precision,
+    calibration_curve,
     card_precision_at_k,
     classification_report,
     delong_auc_difference,
@@ -108,6 +110,29 @@ def test_ece_is_zero_when_calibrated_and_large_when_not():
     labels = np.array([0, 0, 1, 1])
     assert expected_calibration_error(labels, np.array([0.0, 0.0, 0.99, 0.99]), bins=10) < 0.011
     assert expected_calibration_error(labels, np.array([0.99, 0.99, 0.0, 0.0]), bins=10) > 0.98
+
+
+def test_calibration_curve_on_hand_computed_bins():
+    labels = [0, 0, 1, 0, 1, 1]
+    scores = [0.05, 0.15, 0.12, 0.55, 0.95, 1.0]  # bins of 0.25: [0, .25) x3, [.5, .75) x1, [.75, 1] x2
+    curve = calibration_curve(labels, scores, bins=4)
+    assert curve == (
+        CalibrationBin(lower=0.0, upper=0.25, n=3, mean_score=pytest.approx(0.32 / 3), fraud_rate=pytest.approx(1 / 3)),
+        CalibrationBin(lower=0.5, upper=0.75, n=1, mean_score=0.55, fraud_rate=0.0),
+        CalibrationBin(lower=0.75, upper=1.0, n=2, mean_score=pytest.approx(0.975), fraud_rate=1.0),
+    )
+    assert calibration_curve([], [], bins=4) == ()
+
+
+def test_calibration_curve_is_the_decomposition_of_ece():
+    rng = np.random.default_rng(3)
+    scores = rng.beta(0.5, 4.0, 5000)
+    labels = (rng.random(5000) < np.clip(scores * 1.3, 0, 1)).astype(int)  # under-confident scores
+    curve = calibration_curve(labels, scores)
+    assert sum(b.n for b in curve) == 5000
+    ece = sum(b.n / 5000 * abs(b.fraud_rate - b.mean_score) for b in curve)
+    assert ece == pytest.approx(expected_calibration_error(labels, scores))
+    assert all(b.fraud_rate > b.mean_score for b in curve if b.n > 200)  # the curve shows which way it is off
 
 
 def test_psi_zero_for_same_distribution_and_grows_with_shift():

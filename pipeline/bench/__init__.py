@@ -22,7 +22,8 @@ BENCHMARKS: dict[str, str] = {
     "compression": "dense vs top-k (with/without error feedback) at density 0.01/0.001: bytes/step, AUC, AP",
     "scoring": "our scoring service (online features) vs mlflow models serve on the same champion, 8 concurrent: "
                "p50/p99/rps, p99 ratio, hot-swap errors",
-    "baseline": "our model vs LightGBM on the same features and split: AUC, AP, card precision@100, train time",
+    "baseline": "our model vs LightGBM on the same features and split, three portfolios: AUC, AP, card precision@100, "
+                "train time, validation vs test-week calibration (ECE, with and without the prior-shift correction)",
     "decisions": "review budget vs realised review rate, recall/precision at the budget vs LightGBM, review rate "
                  "change at a champion swap (operating points vs absolute thresholds), days to detect a stuck feature",
 }

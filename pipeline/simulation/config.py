@@ -7,25 +7,40 @@ to calendar days), so consecutive windows (nightly runs) continue the same story
 
 Presets: ``simulation.toml`` is the default portfolio; ``simulation.<preset>.toml`` next to it is
 another one (different population, fraud mix and seed), chosen by ``preset=`` or ``$FRAUD_SIM_PRESET``.
+
+Settings added after transaction ids were first minted are declared with :func:`later_setting`: left
+at their default they stay out of :func:`config_fingerprint`, so a preset that does not use them
+keeps the ids (and the whole output) it had before they existed.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import os
 import re
 from dataclasses import dataclass, field
 from datetime import date
+from typing import Any
 
 from pipeline.config import ConfigError, conf_dir, load_section
 
 # Fraud pattern names; the order is the code stored in event blocks. ``GENUINE`` is not a pattern.
 GENUINE = "genuine"
+# New patterns go at the end: the code of every earlier one stays what it was.
 PATTERNS = ("card_testing", "account_takeover", "compromised_merchant", "geo_impossible", "amount_threshold",
-            "low_and_slow")
+            "low_and_slow", "compromise_window")
 PRESET_ENV_VAR = "FRAUD_SIM_PRESET"
 _PRESET_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+_LATER = "later_setting"  # field metadata key, see later_setting()
+
+
+def later_setting(default: Any) -> Any:
+    """A setting added after transaction ids were first minted: at ``default`` it is left out of
+    :func:`config_fingerprint`, so the presets that leave it there keep their ids. Its default must
+    also leave the simulator's output as it was (a pattern weight of 0, an amplitude of 0, ...)."""
+    return field(default=default, metadata={_LATER: True})
 
 
 @dataclass(frozen=True)
@@ -48,6 +63,7 @@ class PatternMix:
     geo_impossible: float = 0.08
     amount_threshold: float = 0.20
     low_and_slow: float = 0.15
+    compromise_window: float = later_setting(0.0)
 
     def weights(self) -> dict[str, float]:
         return {name: getattr(self, name) for name in PATTERNS}
@@ -64,6 +80,9 @@ class PopulationConfig:
     night_owl_share: float = 0.10  # cards whose payments cluster around midnight
     big_purchase_rate: float = 0.01  # per card and day: a one-off purchase of several times the usual ticket
     micro_burst_rate: float = 0.01  # per card and day: a few in-app purchases of a euro or two within an hour
+    # Per card and day: a few days of changed habits (a holiday, a move): other hours, other shops,
+    # bigger tickets, on the card's own devices; what a compromise window looks like but for who pays.
+    episode_rate: float = later_setting(0.0)
 
 
 @dataclass(frozen=True)
@@ -77,6 +96,9 @@ class FraudShapeConfig:
     # Zero-amount authorisations (card verification) in card-testing bursts. Off: the event contract
     # requires amount > 0 until it accepts 0; tests are then tiny positive amounts only.
     zero_amount_card_tests: bool = False
+    compromise_days: int = later_setting(4)  # a compromised card is used for 2 to this many days
+    compromise_payments_per_day: float = later_setting(2.5)  # mean fraud payments on each of them (>= 1)
+    compromise_in_person_share: float = later_setting(0.4)  # windows cashed out with a cloned card (else online)
 
 
 @dataclass(frozen=True)
@@ -85,6 +107,8 @@ class DriftConfig:
 
     fraud_mix_amplitude: float = 0.6  # each pattern's share is scaled by exp(amplitude * a slow wave)
     genuine_amount_amplitude: float = 0.08  # seasonal swing of genuine tickets (peak in mid-December)
+    # Each calendar week's fraud rate is fraud_rate * exp(amplitude * u), u uniform in [-1, 1] per week.
+    fraud_rate_amplitude: float = later_setting(0.0)
 
 
 @dataclass(frozen=True)
@@ -137,13 +161,21 @@ class SimulationConfig:
                  self.drift.fraud_mix_amplitude, "in [0, 3]")
         _require(0 <= self.drift.genuine_amount_amplitude < 1, "drift.genuine_amount_amplitude",
                  self.drift.genuine_amount_amplitude, "in [0, 1)")
+        amplitude = self.drift.fraud_rate_amplitude
+        _require(0 <= amplitude <= 2 and self.fraud_rate * math.exp(amplitude) < 0.5, "drift.fraud_rate_amplitude",
+                 amplitude, "in [0, 2] with fraud_rate * exp(amplitude) < 0.5")
+        _require(shapes.compromise_days >= 2, "fraud_shapes.compromise_days", shapes.compromise_days, ">= 2")
+        _require(shapes.compromise_payments_per_day >= 1, "fraud_shapes.compromise_payments_per_day",
+                 shapes.compromise_payments_per_day, ">= 1")
+        _require(0 <= shapes.compromise_in_person_share <= 1, "fraud_shapes.compromise_in_person_share",
+                 shapes.compromise_in_person_share, "in [0, 1]")
 
     def _validate_population(self) -> None:
         pop = self.population
         _require(pop.median_amount_eur > 0, "population.median_amount_eur", pop.median_amount_eur, "> 0")
         for key in ("online_share", "travel_day_share"):
             _require(0 < getattr(pop, key) < 1, f"population.{key}", getattr(pop, key), "in (0, 1)")
-        for key in ("far_trip_share", "night_owl_share", "big_purchase_rate", "micro_burst_rate"):
+        for key in ("far_trip_share", "night_owl_share", "big_purchase_rate", "micro_burst_rate", "episode_rate"):
             _require(0 <= getattr(pop, key) <= 1, f"population.{key}", getattr(pop, key), "in [0, 1]")
 
     @property
@@ -176,6 +208,18 @@ def load_simulation_config(env: str | None = None, preset: str | None = None) ->
 
 
 def config_fingerprint(config: SimulationConfig) -> str:
-    """Short stable hash of every setting: part of transaction ids, so distinct windows never collide."""
-    text = repr(sorted(dataclasses.asdict(config).items()))
+    """Short stable hash of every setting (a :func:`later_setting` only when set away from its
+    default): part of transaction ids, so distinct windows never collide."""
+    settings = dataclasses.asdict(config)
+    _drop_unset_later_settings(config, settings)
+    text = repr(sorted(settings.items()))
     return hashlib.blake2b(text.encode(), digest_size=3).hexdigest()
+
+
+def _drop_unset_later_settings(config: Any, settings: dict[str, Any]) -> None:
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if f.metadata.get(_LATER) and value == f.default:
+            del settings[f.name]
+        elif dataclasses.is_dataclass(value):
+            _drop_unset_later_settings(value, settings[f.name])

@@ -9,7 +9,10 @@ the genuine behaviour that looks like fraud, so that no single feature separates
 * micro bursts: a few in-app purchases of a euro or two within an hour: what card testing looks
   like by amount and velocity;
 * night owls (see :mod:`.population`) and new merchants: half the at-home in-person payments and
-  every web payment go to a merchant picked afresh.
+  every web payment go to a merchant picked afresh;
+* episodes (``population.episode_rate``, off by default): a few days of changed habits (a holiday,
+  a move) with extra payments at other hours, in other categories and of bigger tickets, on the
+  card's own devices: what a compromise window (:mod:`.patterns.compromise`) looks like.
 
 Genuine tickets swing with the season (``drift.genuine_amount_amplitude``, keyed to the calendar).
 """
@@ -46,6 +49,7 @@ from pipeline.simulation.population import (
     DIGITAL_MCC,
     EUR_TO_CURRENCY,
     FAR_COUNTRY_IDX,
+    MCC_CODES,
     MCC_LOG_FACTOR,
     MOTO_MCC,
     NEAR_COUNTRIES,
@@ -67,11 +71,14 @@ def genuine_block(rng: np.random.Generator, population: Population, window: Wind
     """Every genuine payment of the window: everyday spending, big one-off purchases, micro bursts."""
     season = seasonal_factor(window, drift.genuine_amount_amplitude)
     trips = Trips(population.cards, config.far_trip_share, rng.integers(1, 2**62, dtype=np.int64))
-    return EventBlock.concat([
+    blocks = [
         _everyday(rng, population, window, trips, season),
         _big_purchases(rng, population, window, config.big_purchase_rate, trips, season),
         _micro_bursts(rng, population, window, config.micro_burst_rate),
-    ])
+    ]
+    if config.episode_rate > 0:  # drawn only when on: presets without episodes keep their random stream
+        blocks.append(_episodes(rng, population, window, config.episode_rate, trips, season))
+    return EventBlock.concat(blocks)
 
 
 def seasonal_factor(window: Window, amplitude: float) -> np.ndarray:
@@ -144,6 +151,49 @@ def _micro_bursts(rng: np.random.Generator, population: Population, window: Wind
     amount = round_amount(eur * EUR_TO_CURRENCY[COUNTRY_CURRENCY[merchants.country[merchant]]])
     device = cards.home_devices(burst_card, rng)[burst]
     return _genuine(card, merchant, time_ms, amount, np.full(len(card), ECOMMERCE), device)
+
+
+EPISODE_DAYS = (2, 5)  # inclusive
+EPISODE_PAYMENTS_PER_DAY = 1.8  # extra payments on each episode day (at least one)
+EPISODE_HOUR_SHIFT = (3.0, 10.0)  # hours away from the card's peak hour, earlier or later
+EPISODE_AMOUNT_FACTOR = 2.2  # lognormal multiple of the card's mean ticket
+EPISODE_WEB_SHARE = 0.5
+EPISODE_ATM_SHARE = 0.2  # of in-person episode payments: cash for the trip (everyday: ATM_SHARE)
+# On the web, a holiday or a move buys flights, electronics and miscellaneous goods.
+EPISODE_WEB_MCCS = np.array([MCC_CODES.index(code) for code in ("4511", "5732", "5999")])
+
+
+def _episodes(rng: np.random.Generator, population: Population, window: Window, rate: float, trips: Trips,
+              season: np.ndarray) -> EventBlock:
+    """A few days of changed habits: 2-5 days of extra payments at another hour, in other categories,
+    of bigger tickets; in person where the card is that day (:class:`Trips`), or on its own devices."""
+    cards, merchants = population.cards, population.merchants
+    episode_card, first_day = _card_days(rng, cards.count, window.days, rate)
+    m = len(episode_card)
+    length = rng.integers(EPISODE_DAYS[0], EPISODE_DAYS[1] + 1, m)
+    episode_of_day = np.repeat(np.arange(m), length)
+    nth_day = np.arange(int(length.sum())) - np.repeat(np.cumsum(length) - length, length)
+    day_of_episode = np.minimum(first_day[episode_of_day] + nth_day, window.days - 1)  # cut at the window's end
+    per_day = 1 + rng.poisson(EPISODE_PAYMENTS_PER_DAY - 1.0, len(episode_of_day))
+    episode, day = np.repeat(episode_of_day, per_day), np.repeat(day_of_episode, per_day)
+    card, n = episode_card[episode], len(episode)
+
+    shift = rng.uniform(*EPISODE_HOUR_SHIFT, m) * np.where(rng.random(m) < 0.5, -1.0, 1.0)
+    hour = np.mod(cards.peak_hour[episode_card][episode] + shift[episode] + 1.5 * rng.standard_normal(n), 24.0)
+    time_ms = window.start_ms + day * MS_PER_DAY + (hour * MS_PER_HOUR).astype(np.int64)
+
+    online = rng.random(n) < EPISODE_WEB_SHARE
+    web = population.groups.pick_where(rng, (merchants.kind == ONLINE) & np.isin(merchants.mcc, EPISODE_WEB_MCCS), n)
+    kind = np.where(rng.random(n) < EPISODE_ATM_SHARE, ATM, PHYSICAL)
+    shop = population.groups.pick(rng, trips.country(card, window.start_day_ordinal + day), kind)
+    merchant = np.where(online, web, shop)
+    eur = season[day] * cards.mean_amount()[card] * rng.lognormal(np.log(EPISODE_AMOUNT_FACTOR), 0.6, n)
+    is_atm = merchants.kind[merchant] == ATM
+    eur = np.where(is_atm, np.maximum(np.round(eur, -1), 20.0), eur)
+    amount = round_amount(eur * EUR_TO_CURRENCY[COUNTRY_CURRENCY[merchants.country[merchant]]])
+    channel = np.where(online, ECOMMERCE, np.where(is_atm, ATM_CHANNEL, CARD_PRESENT))
+    device = np.where(online, cards.home_devices(card, rng), NO_DEVICE)
+    return _genuine(card, merchant, time_ms, amount, channel, device)
 
 
 def _card_days(rng: np.random.Generator, num_cards: int, days: int, rate: float) -> tuple[np.ndarray, np.ndarray]:

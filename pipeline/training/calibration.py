@@ -4,6 +4,9 @@
 removes the constant offset that class weighting puts into the logits (a weight w moves the
 optimal logit by log w). The shift is folded into the model's output bias and the temperature
 into its ``temperature`` buffer, so a saved model needs nothing new to score calibrated.
+
+Calibrated means: at validation's fraud rate. Where the rate moves (a fraud wave), scores are
+re-calibrated without labels by a prior-shift correction, :mod:`pipeline.decisions.prior_shift`.
 """
 
 from __future__ import annotations

@@ -10,18 +10,19 @@ import pytest
 
 from pipeline.simulation import PATTERNS, SimulationConfig
 from pipeline.simulation.patterns import GENERATORS
-from pipeline.simulation.schedule import daily_mix, incident_days
+from pipeline.simulation.schedule import daily_fraud_rate, daily_mix, incident_days
 
 CONFIG = SimulationConfig(seed=5)
 FIRST = date(2026, 1, 5).toordinal()
 MEAN_EVENTS = {name: p.mean_events(CONFIG.fraud_shapes) for name, p in GENERATORS.items()}
+WEIGHTED = [p for p in PATTERNS if CONFIG.pattern_mix.weights()[p] > 0]  # compromise_window is off by default
 
 
 def test_each_day_mix_is_a_distribution_that_drifts_over_weeks() -> None:
     mix = daily_mix(CONFIG, FIRST + np.arange(84))
     assert mix.shape == (84, len(PATTERNS))
     np.testing.assert_allclose(mix.sum(axis=1), 1.0)
-    weekly = mix.reshape(12, 7, -1).mean(axis=1)
+    weekly = mix.reshape(12, 7, -1).mean(axis=1)[:, [PATTERNS.index(p) for p in WEIGHTED]]
     # Over twelve weeks every pattern's share moves by at least half of itself.
     assert (weekly.max(axis=0) / weekly.min(axis=0) > 1.5).all()
     # ...but slowly: consecutive days hardly differ.
@@ -60,7 +61,35 @@ def test_every_pattern_with_weight_gets_an_incident_and_none_without() -> None:
     tiny = dataclasses.replace(CONFIG, pattern_mix=mix, fraud_rate=0.0001)
     days = incident_days(np.random.default_rng(0), tiny, np.array([500]), FIRST, MEAN_EVENTS)
     assert len(days["geo_impossible"]) == 0
-    assert all(len(days[p]) >= 1 for p in PATTERNS if p != "geo_impossible")
+    assert all(len(days[p]) >= 1 for p in WEIGHTED if p != "geo_impossible")
+    assert len(days["compromise_window"]) == 0
     none = incident_days(np.random.default_rng(0), dataclasses.replace(CONFIG, fraud_rate=0.0), np.array([500]),
                          FIRST, MEAN_EVENTS)
     assert all(len(d) == 0 for d in none.values())
+
+
+def test_the_fraud_rate_is_flat_by_default_and_a_weekly_level_when_it_drifts() -> None:
+    np.testing.assert_array_equal(daily_fraud_rate(CONFIG, FIRST + np.arange(21)), np.full(21, CONFIG.fraud_rate))
+    moving = dataclasses.replace(CONFIG, drift=dataclasses.replace(CONFIG.drift, fraud_rate_amplitude=0.4))
+    rate = daily_fraud_rate(moving, FIRST + np.arange(84))  # FIRST is a Monday: twelve whole weeks
+    weekly = rate.reshape(12, 7)
+    assert (weekly == weekly[:, :1]).all()  # one level per Monday-to-Sunday week...
+    assert len(np.unique(weekly[:, 0])) == 12  # ...a different one each week
+    assert (rate >= CONFIG.fraud_rate * np.exp(-0.4)).all() and (rate <= CONFIG.fraud_rate * np.exp(0.4)).all()
+    assert weekly[:, 0].max() / weekly[:, 0].min() > 1.3
+    # Keyed to the calendar and the seed, not to the window.
+    np.testing.assert_array_equal(daily_fraud_rate(moving, FIRST + np.arange(10, 12)), rate[10:12])
+    other_seed = dataclasses.replace(moving, seed=6)
+    assert not np.array_equal(daily_fraud_rate(other_seed, FIRST + np.arange(84)), rate)
+
+
+def test_incidents_follow_each_weeks_fraud_rate() -> None:
+    moving = dataclasses.replace(CONFIG, drift=dataclasses.replace(CONFIG.drift, fraud_rate_amplitude=0.8))
+    genuine_per_day = np.full(28, 200_000)
+    days = incident_days(np.random.default_rng(0), moving, genuine_per_day, FIRST, MEAN_EVENTS)
+    per_day = np.zeros(28)
+    for p in PATTERNS:
+        np.add.at(per_day, days[p], MEAN_EVENTS[p])
+    rate = daily_fraud_rate(moving, FIRST + np.arange(28))
+    wanted = (rate / (1 - rate) * genuine_per_day).reshape(4, 7).sum(axis=1)
+    np.testing.assert_allclose(per_day.reshape(4, 7).sum(axis=1), wanted, rtol=0.1)

@@ -1,7 +1,8 @@
 """Fraud patterns. A generator turns the start days of ``n`` incidents (an incident is one attack
 on one card) into one :class:`~pipeline.simulation.blocks.EventBlock` of fraudulent payments,
 ``incident`` numbering them from 0. What each pattern looks like and which features catch it:
-:mod:`.online` (stolen card details on the web) and :mod:`.counterfeit` (cloned cards in person).
+:mod:`.online` (stolen card details on the web), :mod:`.counterfeit` (cloned cards in person) and
+:mod:`.compromise` (a stolen card used for a few days, its habits shifted).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 
 from pipeline.simulation.config import FraudShapeConfig
 from pipeline.simulation.patterns.common import FraudContext, PatternGenerator
+from pipeline.simulation.patterns.compromise import compromise_window, mean_window_events
 from pipeline.simulation.patterns.counterfeit import compromised_merchant, geo_impossible
 from pipeline.simulation.patterns.online import (
     CARD_TEST_TRIES,
@@ -35,6 +37,7 @@ GENERATORS: dict[str, Pattern] = {
     "geo_impossible": Pattern(geo_impossible, lambda s: 2.0),
     "amount_threshold": Pattern(amount_threshold, lambda s: 2.0),
     "low_and_slow": Pattern(low_and_slow, lambda s: 6.5),
+    "compromise_window": Pattern(compromise_window, mean_window_events),
 }
 
 __all__ = ["GENERATORS", "FraudContext", "Pattern"]
