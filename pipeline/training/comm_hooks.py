@@ -275,14 +275,26 @@ def _clip_locally(state: CommState, buffer: torch.Tensor) -> None:
         clip_norm_(buffer, local_clip_threshold(state.local_clip, state.world_size, buffer.numel() / state.model_numel))
 
 
-def topk_hook(state: CommState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+def _topk_method(sparse_step):
+    """A top-k method's hook: the dense warm-up exchange on warm-up steps; otherwise the bucket
+    (fp32, clipped per rank with ``local_clipping``) goes to ``sparse_step(state, bucket, buffer,
+    compressor)``."""
+    def hook(state: CommState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+        compressor = state.compressor
+        assert isinstance(compressor, TopKCompressor)
+        buffer = _fp32_buffer(bucket, "top-k compression")
+        if state.dense:
+            return _dense_warmup_hook(state, bucket)
+        _clip_locally(state, buffer)
+        return sparse_step(state, bucket, buffer, compressor)
+
+    hook.__doc__ = sparse_step.__doc__
+    return hook
+
+
+def _topk_fp32(state: CommState, bucket: dist.GradBucket, buffer: torch.Tensor,
+               compressor: TopKCompressor) -> torch.futures.Future[torch.Tensor]:
     """Top-k per parameter; every rank all-gathers the same number of (value, index) pairs."""
-    compressor = state.compressor
-    assert isinstance(compressor, TopKCompressor)
-    buffer = _fp32_buffer(bucket, "top-k compression")
-    if state.dense:
-        return _dense_warmup_hook(state, bucket)
-    _clip_locally(state, buffer)
     values, indices = [], []
     for p, g, offset in _param_views(bucket):
         v, i = compressor.compress(state.names[id(p)], g, k_for(g.numel(), state.density))
@@ -304,15 +316,10 @@ def topk_hook(state: CommState, bucket: dist.GradBucket) -> torch.futures.Future
     return work.get_future().then(decode)
 
 
-def topk_int8_hook(state: CommState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+def _topk_int8(state: CommState, bucket: dist.GradBucket, buffer: torch.Tensor,
+               compressor: TopKCompressor) -> torch.futures.Future[torch.Tensor]:
     """Top-k per parameter sent as int8 values with one fp32 scale per bucket and offsets within each
     parameter (uint16 or int32); the quantization error stays in the residual."""
-    compressor = state.compressor
-    assert isinstance(compressor, TopKCompressor)
-    buffer = _fp32_buffer(bucket, "top-k compression")
-    if state.dense:
-        return _dense_warmup_hook(state, bucket)
-    _clip_locally(state, buffer)
     views = _param_views(bucket)
     names = [state.names[id(p)] for p, _, _ in views]
     numels = [g.numel() for _, g, _ in views]
@@ -342,6 +349,9 @@ def topk_int8_hook(state: CommState, bucket: dist.GradBucket) -> torch.futures.F
 
     return work.get_future().then(decode)
 
+
+topk_hook = _topk_method(_topk_fp32)
+topk_int8_hook = _topk_method(_topk_int8)
 
 HOOKS = {"allreduce": allreduce_hook, "fp16": fp16_hook, "bf16": bf16_hook, "int8": int8_hook, "int8_ef": int8_hook,
          "topk_ef": topk_hook, "topk": topk_hook, "topk_int8_ef": topk_int8_hook, "powersgd": powersgd_hook}
