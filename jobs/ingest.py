@@ -28,6 +28,7 @@ import sys
 from datetime import date
 from pathlib import Path
 
+from pipeline.atomic import write_text_atomic
 from pipeline.ingest.job import failure_message, load_job_configs, run_backfill, run_nightly
 from pipeline.ingest.progress import print_summary
 
@@ -71,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print_summary(report)
     if args.report_json:
-        args.report_json.write_text(json.dumps(report.to_dict(), indent=2, default=str))
+        # The nightly DAG reads it as the night's ledger entry: never half-written.
+        write_text_atomic(args.report_json, json.dumps(report.to_dict(), indent=2, default=str))
     return 0
 
 

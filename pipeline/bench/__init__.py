@@ -8,10 +8,10 @@ measured in the same run (ratios, not absolute times: machines here are noisy).
 from __future__ import annotations
 
 import importlib
-import json
 import time
 from pathlib import Path
 
+from pipeline.atomic import write_json_atomic
 from pipeline.config import PROJECT_ROOT
 
 # name -> what it compares; the module pipeline.bench.<name> must exist.
@@ -41,7 +41,6 @@ def run_benchmark(name: str, quick: bool = False, results_dir: Path = RESULTS_DI
     result.setdefault("benchmark", name)
     result.setdefault("quick", quick)
     result["wall_s"] = round(time.time() - started, 2)
-    results_dir.mkdir(parents=True, exist_ok=True)
     out = results_dir / f"{name}.json"
-    out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    write_json_atomic(out, result, durable=False)
     return out

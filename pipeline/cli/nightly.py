@@ -16,12 +16,13 @@ from pipeline.nightly.records import STAGES
 @bootstrap_option
 @click.pass_context
 def nightly(ctx: click.Context, run_date, stage: str | None, bootstrap_servers: str | None) -> None:
-    """Ingest -> train -> register -> gate -> report for RUN_DATE.
+    """Ingest -> train -> register -> gate -> monitor -> report for RUN_DATE.
 
     Each stage is idempotent: running the night again redoes only what is missing (the same
     dataset version, the finished run, the registered version, the recorded decision). Records go
     to <state>/nightly/<run date>/. Exit 0 whether the gate promoted or rejected the challenger
-    (the last line says which); 1 when a stage failed (the message is the job's).
+    (the last line says which) and whether the monitor found the live model degraded (a finding of
+    the night, not a failure); 1 when a stage failed (the message is the job's).
     """
     from pipeline.config import ConfigError
     from pipeline.nightly.cycle import CycleConfig, run_cycle, run_stage

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.atomic import fsync_path
+from pipeline.atomic import fsync_path, publish_dir
 
 BUCKET_BITS = 4
 BUCKETS = 1 << BUCKET_BITS
@@ -177,9 +177,7 @@ class IdIndex:
             path = tmp / f"bucket-{bucket:02d}.npy"
             np.save(path, np.ascontiguousarray(packed[:, bounds[bucket]:bounds[bucket + 1]]))
             fsync_path(path)
-        shutil.rmtree(final, ignore_errors=True)  # an unlisted leftover of a killed run
-        tmp.rename(final)
-        fsync_path(self.root)
+        publish_dir(tmp, final)  # an existing ``final`` is an unlisted leftover of a killed run
 
     def _read_segment(self, name: str) -> Entries:
         packed = np.concatenate([np.asarray(self._load(name, b)) for b in range(BUCKETS)], axis=1)

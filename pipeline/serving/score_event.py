@@ -1,7 +1,7 @@
 """What the service publishes to the scores topic for every decision (key: ``transaction_id``).
 
 One definition, written by :mod:`pipeline.serving.publisher` and read back by
-:mod:`pipeline.serving.consistency`. Feature values are JSON numbers written as the shortest
+:mod:`pipeline.serving.consistency` and the live-model monitor (:mod:`pipeline.monitoring.join`). Feature values are JSON numbers written as the shortest
 decimal that round-trips, so reading them back gives the exact float64 the model saw. Encoded with
 msgspec (one event: 6 us against the json module's 42, on every decision the service makes);
 non-finite numbers are refused, as JSON has none.

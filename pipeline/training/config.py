@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from pipeline.atomic import write_text_atomic
 from pipeline.config import ConfigError, env_override, from_dict, load_section
 from pipeline.decisions.operating_points import DecisionBudget
 
@@ -230,8 +231,7 @@ def write_train_toml(table: dict[str, dict], path: Path) -> Path:
         lines.append(f"[{section}]")
         lines += [f"{key} = {_toml_value(value)}" for key, value in values.items()]
         lines.append("")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines))
+    write_text_atomic(path, "\n".join(lines))  # the night's ledger keeps it: a rerun must not find half a file
     return path
 
 
