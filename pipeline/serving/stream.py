@@ -26,6 +26,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -236,7 +237,7 @@ class EventFeed(BackgroundThread):
                 "offsets": {partition_name(k): {"position": pos, "earliest": low, "end": high,
                                                 "lag": max(0, high - pos)}
                             for k, (pos, low, high) in sorted(report.offsets.items())},
-                "out_of_range": [g.to_dict() for g in report.gaps],
-                "stalled": [{**vars(s), "lag": s.lag} for s in report.stalls],
-                "resets": [r.to_dict() for r in report.resets],
+                "out_of_range": [asdict(g) for g in report.gaps],
+                "stalled": [{**asdict(s), "lag": s.lag} for s in report.stalls],
+                "resets": [asdict(r) for r in report.resets],
                 "checked_at": report.checked_at, "check_error": report.error}

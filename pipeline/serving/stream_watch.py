@@ -28,8 +28,7 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 from pipeline.ingest.offsets import OffsetGapError, plan_offset_ranges
 from pipeline.serving.config import OffsetGapPolicy
@@ -53,9 +52,6 @@ class OffsetGap:
     low: int
     high: int
     detail: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def find_offset_gap(key: Key, position: int, low: int, high: int) -> OffsetGap | None:
@@ -118,9 +114,6 @@ class OffsetReset:
     skipped: int
     at: float
     detail: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass
