@@ -7,6 +7,7 @@ from the environment (RANK, WORLD_SIZE, LOCAL_RANK); without it the job runs as 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import os
 import sys
 from dataclasses import dataclass
@@ -71,6 +72,18 @@ def _restart_round_store(rank: int, world_size: int) -> dist.Store:
     store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size, is_master=hosts,
                           timeout=default_pg_timeout, multi_tenant=hosts)
     return dist.PrefixStore(f"fraud-train/restart-{os.environ['TORCHELASTIC_RESTART_COUNT']}", store)
+
+
+def no_forward_buffer_sync() -> dict[str, bool]:
+    """DDP's keyword that stops the per-forward buffer broadcast, in this torch's spelling.
+
+    Torch 2.13 renamed it (``forward_sync_buffers``; ``broadcast_buffers`` warns as deprecated); GPU images
+    still ship older torch (2.11 on the device machines), which only knows ``broadcast_buffers``. The old
+    spelling also skips the broadcast at start, harmless here: every rank builds its buffers from the
+    same manifest and nothing changes them while training.
+    """
+    parameters = inspect.signature(torch.nn.parallel.DistributedDataParallel.__init__).parameters
+    return {"forward_sync_buffers": False} if "forward_sync_buffers" in parameters else {"broadcast_buffers": False}
 
 
 def destroy_distributed() -> None:

@@ -40,7 +40,14 @@ from pipeline.training.data import (
     normalization_from_moments,
     split_global_batch,
 )
-from pipeline.training.distributed import DistEnv, barrier, check_replicas, log_rank, log_rank0
+from pipeline.training.distributed import (
+    DistEnv,
+    barrier,
+    check_replicas,
+    log_rank,
+    log_rank0,
+    no_forward_buffer_sync,
+)
 from pipeline.training.evaluate import gather_scored, score_split, split_metrics
 from pipeline.training.finalize import TrainingOutcome, finalize_run
 from pipeline.training.loss import make_loss
@@ -99,7 +106,7 @@ class Trainer:
         self.ddp = DistributedDataParallel(
             self.model, device_ids=[env.device] if env.device.type == "cuda" else None,
             bucket_cap_mb=config.compression.bucket_cap_mb,
-            forward_sync_buffers=False)  # buffers (normalisation, temperature) never change while training
+            **no_forward_buffer_sync())  # buffers (normalisation, temperature) never change while training
         self.comm = register_compression(self.ddp, config.compression, env.backend, config.optim.grad_clip,
                                          seed=config.loop.seed)
         # AdamW; with compression.freeze_variance its second moment stops after the dense warm-up.

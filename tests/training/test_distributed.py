@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-import torch
+import warnings
 
-from pipeline.training.distributed import mismatched_ranks, parameter_fingerprint
+import torch
+import torch.distributed as dist
+
+from pipeline.training.distributed import mismatched_ranks, no_forward_buffer_sync, parameter_fingerprint
 
 
 def test_fingerprint_is_equal_for_identical_bits_and_changes_on_one_ulp():
@@ -24,3 +27,14 @@ def test_fingerprint_depends_on_order():
 def test_mismatched_ranks_names_those_that_differ_from_rank0():
     assert mismatched_ranks([5, 5, 5]) == []
     assert mismatched_ranks([5, 6, 5, 7]) == [1, 3]
+
+
+def test_the_buffer_sync_keyword_is_one_this_torch_takes_without_a_deprecation(tmp_path):
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a deprecated spelling would raise FutureWarning here
+            ddp = torch.nn.parallel.DistributedDataParallel(torch.nn.BatchNorm1d(3), **no_forward_buffer_sync())
+        assert getattr(ddp, "forward_sync_buffers", getattr(ddp, "broadcast_buffers", None)) is False
+    finally:
+        dist.destroy_process_group()
