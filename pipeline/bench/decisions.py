@@ -8,12 +8,18 @@ week (the holdout every model is judged on):
   validation split at conf/dev's ``[decisions]`` budget (what ships with a version); LightGBM is
   trained on the same train split and gets operating points from the same budget on the same
   validation split (:func:`choose_operating_points`);
-* ``realised_review_rate``: the share of the test week's payments at or above our review threshold;
+* ``realised_review_rate``: the share of the test week's payments our model flags as the service
+  serves it: payments in event-time order, in batches of ``SERVED_BATCH``, each decided at the review
+  threshold the service would hold then (conf/dev serving.toml's ``[decision.review_tracking]``: the
+  validation threshold, then the budget's quantile of the version's own recent live scores, the
+  same :class:`ReviewThresholdTracker` the service runs); the validation threshold's share kept
+  beside it (``realised_review_rate_fixed_threshold``);
 * ``recall_at_budget`` / ``precision_at_budget``: each model flags its top ``review_rate`` share of
   the test week (:func:`pipeline.metrics.recall_at_rate`), the gate's comparison;
 * ``swap_review_rate_change``: the same traffic, champion ours swapped for LightGBM (another score
-  distribution): the relative change of the flagged share with each version's own operating
-  points, and beside it with serving.toml's absolute thresholds;
+  distribution, fresh at its validation threshold): the relative change of the flagged share as
+  served, and beside it with each version's fixed validation thresholds and with serving.toml's
+  absolute thresholds;
 * ``detected_after_days``: the champion served with one feature stuck at its training median (the
   feature whose loss hurts validation recall most: the worst broken pipeline), judged day by day
   by the monitor's rule (:mod:`pipeline.monitoring.history`, conf/dev's monitoring.toml): the first
@@ -42,16 +48,18 @@ from pipeline.decisions.operating_points import (
     read_operating_points,
     split_figures,
 )
+from pipeline.decisions.review_tracking import ReviewThresholdTracker, ReviewTrackingConfig
 from pipeline.metrics import precision_at_rate, recall_at_rate
 from pipeline.monitoring.config import MonitoringConfig, load_monitoring_config
 from pipeline.monitoring.history import MonitoredDay, days_below_in_a_row, judge_day, version_state
 from pipeline.paths import state_dir
-from pipeline.serving.config import load_serving_config
+from pipeline.serving.config import DecisionConfig, load_serving_config
 from pipeline.training.config import load_train_config
 from pipeline.training.run_dir import RunDir
 
 SEED = 1
 STUCK_CANDIDATE_ROWS = 40_000  # validation rows each candidate stuck feature is scored on
+SERVED_BATCH = 64  # payments decided at one threshold (a /score/batch call, or the feed's batch)
 
 
 def _relative_change(before: float, after: float) -> float | None:
@@ -68,6 +76,31 @@ def _at_budget(labels: np.ndarray, scores: np.ndarray, points: OperatingPoints, 
             "precision_at_own_thresholds": own.precision, "validation": vars(points.validation)}
 
 
+def _served_flags(frame: pd.DataFrame, scores: np.ndarray, points: OperatingPoints,
+                  tracking: ReviewTrackingConfig) -> tuple[np.ndarray, dict[str, Any]]:
+    """The test week as the service decides it: event-time order, batches of ``SERVED_BATCH`` decided at
+    the tracked review threshold, each batch observed after it was decided. The flags (in ``frame``'s
+    order) and what the tracker did."""
+    order = np.argsort(frame["event_time"].to_numpy(), kind="stable")
+    ordered = scores[order]
+    tracker = ReviewThresholdTracker(points.budget.review_rate, points.review_threshold, points.block_threshold,
+                                     tracking)
+    flagged = np.zeros(ordered.size, dtype=bool)
+    for start in range(0, ordered.size, SERVED_BATCH):
+        batch = ordered[start:start + SERVED_BATCH]
+        flagged[order[start:start + batch.size]] = batch >= tracker.threshold
+        tracker.observe(batch)
+    return flagged, tracker.describe()
+
+
+def _served(frame: pd.DataFrame, scores: np.ndarray, points: OperatingPoints,
+            tracking: ReviewTrackingConfig) -> dict[str, Any]:
+    flagged, tracking_state = _served_flags(frame, scores, points, tracking)
+    days = pd.to_datetime(frame["event_time"], utc=True).dt.date.to_numpy()
+    daily = {day.isoformat(): float(flagged[days == day].mean()) for day in sorted(set(days))}
+    return {"review_rate": float(flagged.mean()), "daily_review_rates": daily, "tracking": tracking_state}
+
+
 def _stuck_feature(run: RunDir, validation: pd.DataFrame, train: pd.DataFrame, features: tuple[str, ...],
                    points: OperatingPoints) -> tuple[str, float]:
     """The numeric feature whose value stuck at its training median lowers validation recall most."""
@@ -82,23 +115,23 @@ def _stuck_feature(run: RunDir, validation: pd.DataFrame, train: pd.DataFrame, f
     return worst, float(train[worst].median())
 
 
-def _monitored_days(frame: pd.DataFrame, scores: np.ndarray, points: OperatingPoints, expected: float,
+def _monitored_days(frame: pd.DataFrame, flagged: np.ndarray, expected: float,
                     config: MonitoringConfig) -> list[dict[str, Any]]:
-    """The monitor's judgement of each test day, in order (its per-version history as it accumulates)."""
+    """The monitor's judgement of each test day, in order (its per-version history as it accumulates),
+    of the payments as they were flagged when served."""
     days = pd.to_datetime(frame["event_time"], utc=True).dt.date.to_numpy()
-    labels = frame["label"].to_numpy()
+    labels = frame["label"].to_numpy().astype(bool)
     history: list[MonitoredDay] = []
     out = []
     for day in sorted(set(days)):
         rows = days == day
-        figures = split_figures(labels[rows], scores[rows], points.review_threshold, points.block_threshold)
-        recall = None if np.isnan(figures.recall) else figures.recall
-        entry = judge_day(day, figures.frauds, recall, expected, config)
+        frauds = int(labels[rows].sum())
+        recall = float((flagged[rows] & labels[rows]).sum() / frauds) if frauds else None
+        entry = judge_day(day, frauds, recall, expected, config)
         history.append(entry)
         state = version_state(entry, days_below_in_a_row(history, day), config)
-        out.append({"date": day.isoformat(), "frauds": figures.frauds, "recall": recall,
-                    "recall_upper": entry.recall_upper,
-                    "review_rate": figures.review_rate, "state": state})
+        out.append({"date": day.isoformat(), "frauds": frauds, "recall": recall, "recall_upper": entry.recall_upper,
+                    "review_rate": float(flagged[rows].mean()), "state": state})
     return out
 
 
@@ -107,7 +140,7 @@ def _first_degraded(days: list[dict[str, Any]]) -> int | None:
 
 
 def run_portfolio(portfolio: BenchPortfolio, quick: bool, workdir: Path, budget: DecisionBudget,
-                  monitoring: MonitoringConfig, absolute: tuple[float, float]) -> dict[str, Any]:
+                  monitoring: MonitoringConfig, decision: DecisionConfig) -> dict[str, Any]:
     holdout = portfolio.data.holdout
     manifest = holdout.manifest
     splits = {name: read_split(portfolio.data.root, manifest, name) for name in ("train", "validation")}
@@ -121,6 +154,11 @@ def run_portfolio(portfolio: BenchPortfolio, quick: bool, workdir: Path, budget:
     gbm = lightgbm_predict(booster, manifest, holdout.frame)
     models = {"ours": _at_budget(labels, ours, ours_points, budget),
               "lightgbm": _at_budget(labels, gbm, gbm_points, budget)}
+    served = {"ours": _served(holdout.frame, ours, ours_points, decision.review_tracking),
+              "lightgbm": _served(holdout.frame, gbm, gbm_points, decision.review_tracking)}
+    for name, figures in served.items():
+        models[name]["served"] = figures
+    absolute = (decision.review_threshold, decision.block_threshold)
     flagged_abs = {name: float(np.mean(s >= absolute[0])) for name, s in (("ours", ours), ("lightgbm", gbm))}
 
     expected = ours_points.validation.recall
@@ -128,24 +166,30 @@ def run_portfolio(portfolio: BenchPortfolio, quick: bool, workdir: Path, budget:
                                              tuple(manifest.numeric_features), ours_points)
     stuck_scores = score_frame(run, holdout.frame.assign(**{stuck_name: stuck_value}))
     frame = holdout.frame.assign(label=labels)
-    healthy_days = _monitored_days(frame, ours, ours_points, expected, monitoring)
-    degraded_days = _monitored_days(frame, stuck_scores, ours_points, expected, monitoring)
+    tracking = decision.review_tracking
+    healthy_days = _monitored_days(frame, _served_flags(frame, ours, ours_points, tracking)[0], expected, monitoring)
+    degraded_days = _monitored_days(frame, _served_flags(frame, stuck_scores, ours_points, tracking)[0], expected,
+                                    monitoring)
     first_matured = next((i + 1 for i, d in enumerate(degraded_days) if d["state"] != "insufficient_evidence"), None)
     return {
         "name": portfolio.name, "source": portfolio.source, "rows": int(len(holdout.frame)),
         "frauds": int(labels.sum()), "test_week": [holdout.window.start, holdout.window.end],
         "review_budget": budget.review_rate,
-        "realised_review_rate": models["ours"]["realised_review_rate"],
-        "realised_review_rate_vs_budget": models["ours"]["realised_review_rate"] / budget.review_rate,
+        "realised_review_rate": served["ours"]["review_rate"],
+        "realised_review_rate_vs_budget": served["ours"]["review_rate"] / budget.review_rate,
+        "realised_review_rate_fixed_threshold": models["ours"]["realised_review_rate"],
+        "review_tracking": vars(decision.review_tracking),
         "recall_at_budget": {k: v["recall_at_budget"] for k, v in models.items()},
         "precision_at_budget": {k: v["precision_at_budget"] for k, v in models.items()},
         "models": models,
-        "swap_review_rate_change": _relative_change(models["ours"]["realised_review_rate"],
-                                                    models["lightgbm"]["realised_review_rate"]),
+        "swap_review_rate_change": _relative_change(served["ours"]["review_rate"], served["lightgbm"]["review_rate"]),
+        "swap_review_rate_change_fixed_thresholds": _relative_change(models["ours"]["realised_review_rate"],
+                                                                     models["lightgbm"]["realised_review_rate"]),
         "swap_review_rate_change_absolute_thresholds": _relative_change(flagged_abs["ours"], flagged_abs["lightgbm"]),
         "absolute_thresholds": {"review_threshold": absolute[0], "block_threshold": absolute[1],
                                 "flagged_share": flagged_abs},
-        "degradation": {"kind": f"feature {stuck_name} stuck at its training median {stuck_value:.6g} in serving",
+        "degradation": {"kind": f"feature {stuck_name} stuck at its training median {stuck_value:.6g} in serving "
+                                "(decided as served: the review threshold tracked on the stuck scores)",
                         "expected_recall": expected, "recall_margin": monitoring.recall_margin,
                         "confidence": monitoring.confidence,
                         "degraded_after_days": monitoring.degraded_after_days, "min_frauds": monitoring.min_frauds,
@@ -164,7 +208,7 @@ def run(quick: bool) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(dir=state_dir()) as tmp:
         for preset in PRESETS:
             datasets.append(run_portfolio(bench_portfolio(quick, preset), quick, Path(tmp), budget, monitoring,
-                                          (decision.review_threshold, decision.block_threshold)))
+                                          decision))
             write_json_atomic(RESULTS_DIR / "decisions.partial.json", {"datasets": datasets}, durable=False)
     goals = {d["name"]: {
         "realised_review_rate_within_20pct": abs(d["realised_review_rate_vs_budget"] - 1) <= 0.2,

@@ -150,11 +150,15 @@ def _descending(labels: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.
     return labels[order].astype(np.int64), scores[order]
 
 
+def rank_for_rate(n: int, rate: float) -> int:
+    """How many of ``n`` rows flagging the top ``rate`` share flags: ``ceil(rate * n)``, at least 1."""
+    return min(n, max(1, math.ceil(rate * n - 1e-9)))
+
+
 def threshold_for_rate(sorted_scores: np.ndarray, rate: float) -> float:
     """The score of the ``ceil(rate * n)``-th highest row (``sorted_scores`` descending): flagging at or
     above it flags that share (more where scores tie at the threshold)."""
-    k = max(1, math.ceil(rate * sorted_scores.size - 1e-9))
-    return float(sorted_scores[min(k, sorted_scores.size) - 1])
+    return float(sorted_scores[rank_for_rate(sorted_scores.size, rate) - 1])
 
 
 def threshold_for_precision(sorted_labels: np.ndarray, sorted_scores: np.ndarray, target: float,

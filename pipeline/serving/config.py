@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Literal
 
 from pipeline.config import ConfigError, env_override, load_section
+from pipeline.decisions.review_tracking import ReviewTrackingConfig
 from pipeline.paths import resolve_state_path
 
 ADMIN_TOKEN_ENV = "FRAUD_SERVING_ADMIN_TOKEN"
@@ -73,6 +74,9 @@ class DecisionConfig:
     # An allow-listed card/merchant/device is allowed unless its score is at least this extreme;
     # then the thresholds decide as for anyone else (a compromised VIP card is still a stolen card).
     allowlist_override: float = 0.99
+    # A version's review threshold held at its budget on its own live scores (see
+    # pipeline.decisions.review_tracking); only for thresholds that come with a budget.
+    review_tracking: ReviewTrackingConfig = field(default_factory=ReviewTrackingConfig)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.review_threshold <= self.block_threshold <= self.allowlist_override <= 1.0:

@@ -138,14 +138,16 @@ class ScorePublisher:
             self.last_error = f"shadow version {shadow.version} failed to score: {exc}"
             return [event for event, _ in items]
         out = []
+        thresholds = shadow.deciding()  # the challenger holds its own budget on its own scores, as if live
         for (event, hits), score in zip(items, scores, strict=True):
-            decision = decide(score, hits, shadow.thresholds, self.decision.allowlist_override).decision.value
+            decision = decide(score, hits, thresholds, self.decision.allowlist_override).decision.value
             out.append(dataclasses.replace(event, shadow=ShadowScore(shadow.version, score, decision)))
             if decision != event.decision:
                 self._count("shadow_disagreed")
                 log.debug("shadow v%d would decide %s (%.4f) for %s; champion v%d decided %s (%.4f)",
                           shadow.version, decision, score, event.transaction_id, event.model_version,
                           event.decision, event.score)
+        shadow.observe(scores)
         self._count("shadow_scored", len(items))
         return out
 

@@ -18,6 +18,7 @@ Promotions and rollbacks both just move the alias, so both reach the service the
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -26,11 +27,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
+from pipeline.decisions.review_tracking import ReviewThresholdTracker
 from pipeline.serving.config import DecisionConfig, ModelConfig
 from pipeline.serving.errors import ServingError
 from pipeline.serving.model_source import ModelSource
 from pipeline.serving.scorer import FeatureRow, Scorer
-from pipeline.serving.thresholds import Thresholds, thresholds_for
+from pipeline.serving.thresholds import Thresholds, review_tracker, thresholds_for
 
 log = logging.getLogger(__name__)
 
@@ -42,11 +46,24 @@ class LiveVersion:
     """What one swap puts live: a version's scorer and the thresholds it decides with."""
 
     scorer: Scorer
-    thresholds: Thresholds
+    thresholds: Thresholds  # as the version ships them (or serving.toml's)
+    tracker: ReviewThresholdTracker | None = None  # its review threshold held at the budget on live scores
 
     @property
     def version(self) -> int:
         return self.scorer.version
+
+    def deciding(self) -> Thresholds:
+        """The thresholds deciding now: the version's, with the tracked review threshold when tracked.
+        Read once per batch, so that a batch is decided and counted at one pair."""
+        if self.tracker is None:
+            return self.thresholds
+        return dataclasses.replace(self.thresholds, review_threshold=self.tracker.threshold)
+
+    def observe(self, scores: Sequence[float]) -> None:
+        """Feed a decided batch's scores to the tracker (after deciding it: no batch sees its own scores)."""
+        if self.tracker is not None:
+            self.tracker.observe(np.fromiter(scores, dtype=np.float64, count=len(scores)))
 
 
 @dataclass(frozen=True)
@@ -126,9 +143,11 @@ class ModelReloader:
         try:
             fetched = self.source.fetch(version)
             thresholds = thresholds_for(version, fetched.operating_points, self.decision)
-            # Every payment the version flags is explained, however low its review threshold.
+            tracker = review_tracker(thresholds, self.decision.review_tracking)
+            lowest_review = tracker.bounds[0] if tracker else thresholds.review_threshold
+            # Every payment the version flags is explained, however low its review threshold goes.
             scorer = Scorer(fetched.model, version, self.config.explain_top_k,
-                            min(self.config.explain_min_score, thresholds.review_threshold))
+                            min(self.config.explain_min_score, lowest_review))
             scorer.warm_up(self.warmup)
         except Exception as exc:  # fetch, schema and warm-up failures alike: the live model stays
             _, attempts = self._retry.get(version, (0.0, 0))
@@ -137,7 +156,7 @@ class ModelReloader:
             self._record_failure(version, f"{type(exc).__name__}: {exc}", "failure")
             return False
         previous = self._active
-        self._active = LiveVersion(scorer, thresholds)  # the swap: one reference assignment
+        self._active = LiveVersion(scorer, thresholds, tracker)  # the swap: one reference assignment
         self._retry.pop(version, None)
         self.loads["success"] += 1
         log.info("%s: version %s live (was %s), loaded in %.2fs; review >= %.4g, block >= %.4g (%s)", self.alias,
@@ -158,6 +177,8 @@ class ModelReloader:
         return {"alias": self.alias, "version": active.version if active else None,
                 "loaded_at": active.scorer.loaded_at if active else None, "alias_version": self.alias_version,
                 "forward": active.scorer.forward if active else None,
-                "thresholds": active.thresholds.to_dict() if active else None,
+                "thresholds": active.deciding().to_dict() if active else None,
+                "review_tracking": (active.tracker.describe() if active.tracker else {"mode": "fixed"}) if active
+                else None,
                 "pinned": self.pinned, "loads": dict(self.loads),
                 "last_error": self.last_error.to_dict() if self.last_error else None}

@@ -176,15 +176,16 @@ class ScoringService:
         rules = self.parts.rules.rules  # one rule set for the batch, like one model
         scored_at = format_rfc3339(datetime.now(UTC))
         scores = live.scorer.score_many(rows)
-        results = [self._decide(live, rules, event, payment, features, scored, scored_at)
+        thresholds = live.deciding()  # one pair for the whole batch, its decisions and its counts
+        results = [self._decide(live, thresholds, rules, event, payment, features, scored, scored_at)
                    for event, payment, features, scored in zip(events, payments, rows, scores, strict=True)]
-        self._count_rates(live.thresholds, scores)
+        self._count_rates(thresholds, scores)
+        live.observe([s.score for s in scores])
         return results
 
-    def _decide(self, live: LiveVersion, rules: RuleSet, event: dict[str, Any], payment: Payment,
-                features: dict[str, float | int], scored: Scored, scored_at: str) -> ScoreResult:
+    def _decide(self, live: LiveVersion, thresholds: Thresholds, rules: RuleSet, event: dict[str, Any],
+                payment: Payment, features: dict[str, float | int], scored: Scored, scored_at: str) -> ScoreResult:
         hits = rules.match(payment.card_id, payment.merchant_id, event.get("device_id"))
-        thresholds = live.thresholds
         verdict = decide(scored.score, hits, thresholds, self.config.decision.allowlist_override)
         self.decisions.inc((("decision", verdict.decision.value), ("decided_by", verdict.decided_by),
                             ("version", str(live.version))))

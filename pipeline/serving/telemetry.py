@@ -55,7 +55,7 @@ def _model_families(reloader: ModelReloader, role: str) -> list[Family]:
                         "config_fallback: it ships none).")
     live = reloader.active
     if live is not None:
-        t = live.thresholds
+        t = live.deciding()
         for kind, value in (("review", t.review_threshold), ("block", t.block_threshold)):
             thresholds.add(value, (*labels, ("kind", kind), ("source", t.source)))
     error = status["last_error"]

@@ -13,6 +13,11 @@ request never sees one version's model with another's thresholds. Pure.
 * ``thresholds = "config"``: serving.toml's ``review_threshold`` / ``block_threshold`` for every
   version, whatever it ships (``source = "config"``: an override, logged at start).
 
+With ``[decision.review_tracking] mode = "live_quantile"`` (the default), thresholds that come with a
+budget get a :class:`~pipeline.decisions.review_tracking.ReviewThresholdTracker` (:func:`review_tracker`):
+the version's review threshold then follows its live scores to hold the budget, starting from the
+validation threshold; explicit thresholds (override, fallback) decide as given.
+
 A corrupt ``operating_points.json`` never gets here: the model source refuses the version.
 
 Only ``source = "version"`` thresholds come with a budget (:attr:`Thresholds.budget`), which is
@@ -25,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from pipeline.decisions.operating_points import DecisionBudget, OperatingPoints
+from pipeline.decisions.review_tracking import ReviewThresholdTracker, ReviewTrackingConfig
 from pipeline.serving.config import DecisionConfig
 from pipeline.serving.errors import ModelRejected
 
@@ -86,3 +92,12 @@ def thresholds_for(version: int, points: OperatingPoints | None, config: Decisio
         f"version {version} ships no operating points: deciding with serving.toml's review_threshold "
         f"{config.review_threshold:g} and block_threshold {config.block_threshold:g}, which no review budget "
         "backs (the review rate is not checked); register a version finalised with a [decisions] budget"))
+
+
+def review_tracker(thresholds: Thresholds, config: ReviewTrackingConfig) -> ReviewThresholdTracker | None:
+    """The tracker of a version's review threshold: for thresholds backed by a budget under
+    ``mode = "live_quantile"``; None otherwise (explicit thresholds are an instruction, not a budget)."""
+    budget = thresholds.budget
+    if config.mode != "live_quantile" or budget is None:
+        return None
+    return ReviewThresholdTracker(budget.review_rate, thresholds.review_threshold, thresholds.block_threshold, config)

@@ -59,6 +59,15 @@ def test_each_payment_is_judged_at_its_own_thresholds_and_an_override_is_a_findi
     assert any("2 of 4 decisions were made at thresholds other than the version's" in x for x in f.findings)
 
 
+def test_a_review_threshold_tracked_on_live_scores_is_no_override_finding():
+    scores = np.array([0.3, 0.3, 0.3, 0.01])
+    tracked = payments(scores[:2], review=0.25) + payments(scores[2:], review=0.31)  # the block threshold kept
+    f = version_figures(tracked, np.array([1, 1, 0, 0]), reference(), CONFIG)
+    assert f.review_thresholds == (0.25, 0.31) and f.at_operating_points.recall == 1.0
+    assert f.at_operating_points.review_rate == 0.5  # the third payment (0.3) is under its 0.31
+    assert not any("thresholds other than the version's" in x for x in f.findings)
+
+
 def test_an_alert_rate_outside_the_band_and_drifting_scores_are_findings():
     scores = np.r_[[0.5] * 30, [0.01] * 70]  # 30% flagged against a 10% budget
     validation = np.random.default_rng(1).beta(1, 60, 5000)

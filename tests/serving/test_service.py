@@ -13,7 +13,9 @@ from statistics import mean
 import pytest
 from fastapi.testclient import TestClient
 
+from pipeline.decisions.review_tracking import ReviewTrackingConfig
 from pipeline.registry.aliases import advance_champion
+from pipeline.registry.config import RegistryConfig
 from pipeline.registry.store import CHAMPION
 from pipeline.serving.config import AlertsConfig, ServingConfig
 from pipeline.serving.errors import NotReady
@@ -267,3 +269,32 @@ def test_metrics_show_decisions_per_version_rates_budget_and_thresholds(serving_
     assert f"{review}{shipped.shifted_points.review_threshold!r}" in lines
     assert any(line.startswith('fraud_scoring_review_rate{window="3600s"} ') for line in lines)
     assert "fraud_scoring_review_rate_degraded 0" in lines
+
+
+def test_a_version_whose_live_scores_drifted_is_held_at_its_budget_by_the_tracked_threshold(
+        serving_config, make_service, config, client, shipped, models, events):
+    # The good model shipped with thresholds chosen for far higher scores: at them it flags almost nothing.
+    drifted = factory.log_model(RegistryConfig(model_name="fd-serving-drifted"), models.good, shipped.shifted_points)
+    make_champion(config, client, drifted, shipped.shifted_points)
+    tracking = ReviewTrackingConfig(window=1000, min_scores=500, refresh_every=100, max_factor=1000.0)
+    shares = {}
+    for mode in ("fixed", "live_quantile"):
+        service = make_service(quick(serving_config, review_tracking=replace(tracking, mode=mode)))
+        service.parts.publisher = recorder = RecordingPublisher()
+        with started(service):
+            results = score_all(service, events)
+            health = service.health()
+        shares[mode] = flagged_share(results[1000:])  # after the first two batches (1,000 scores seen)
+        thresholds = {e.review_threshold for e in recorder.events}
+        if mode == "fixed":
+            assert thresholds == {shipped.shifted_points.review_threshold}
+            assert health["model"]["review_tracking"] == {"mode": "fixed"}
+        else:
+            tracked = health["model"]["review_tracking"]
+            assert tracked["tracking"] and tracked["scores_seen"] == len(events)
+            assert health["model"]["thresholds"]["review_threshold"] == tracked["review_threshold"]  # deciding now
+            assert max(thresholds) == shipped.shifted_points.review_threshold  # the first batch: validation's
+            assert min(thresholds) < shipped.shifted_points.review_threshold / 2
+    budget = SHIPPED_BUDGET.review_rate
+    assert shares["fixed"] < budget / 2
+    assert shares["live_quantile"] == pytest.approx(budget, rel=0.2)
