@@ -53,11 +53,15 @@ def _model_families(reloader: ModelReloader, role: str) -> list[Family]:
     thresholds = Family(f"{P}threshold", "gauge", "Score thresholds the live version decides with, by kind (review, "
                         "block) and source (version: its operating points; config: serving.toml's override; "
                         "config_fallback: it ships none).")
+    shipped = Family(f"{P}threshold_shipped", "gauge", "The review threshold the live version ships (chosen on "
+                     "validation); beside fraud_scoring_threshold{kind=\"review\"} it shows how far holding the "
+                     "budget on live scores has moved it.")
     live = reloader.active
     if live is not None:
         t = live.deciding()
         for kind, value in (("review", t.review_threshold), ("block", t.block_threshold)):
             thresholds.add(value, (*labels, ("kind", kind), ("source", t.source)))
+        shipped.add(live.thresholds.review_threshold, (*labels, ("kind", "review")))
     error = status["last_error"]
     failing = error is not None and (status["loaded_at"] is None or error["at"] > status["loaded_at"])
     return [
@@ -69,6 +73,7 @@ def _model_families(reloader: ModelReloader, role: str) -> list[Family]:
         Family(f"{P}model_load_error", "gauge", "1 while the most recent load attempt failed.")
         .add(1 if failing else 0, labels),
         thresholds,
+        shipped,
     ]
 
 

@@ -261,12 +261,14 @@ def test_metrics_show_decisions_per_version_rates_budget_and_thresholds(serving_
             per_version[int(version)] = per_version.get(int(version), 0) + int(line.rsplit(" ", 1)[1])
     assert per_version == {old: 300, new: 100}
     for family in ("review_rate", "block_rate", "rate_window_payments", "review_rate_budget", "block_rate_validation",
-                   "threshold", "review_rate_degraded"):
+                   "threshold", "threshold_shipped", "review_rate_degraded"):
         assert f"# TYPE fraud_scoring_{family} gauge" in lines
     assert 'fraud_scoring_rate_window_payments{window="300s"} 400' in lines
     assert f"fraud_scoring_review_rate_budget {SHIPPED_BUDGET.review_rate}" in lines
     review = 'fraud_scoring_threshold{role="champion",kind="review",source="version"} '
-    assert f"{review}{shipped.shifted_points.review_threshold!r}" in lines
+    assert f"{review}{shipped.shifted_points.review_threshold!r}" in lines  # 100 scores: not yet tracked
+    assert ('fraud_scoring_threshold_shipped{role="champion",kind="review"} '
+            f"{shipped.shifted_points.review_threshold!r}") in lines
     assert any(line.startswith('fraud_scoring_review_rate{window="3600s"} ') for line in lines)
     assert "fraud_scoring_review_rate_degraded 0" in lines
 
