@@ -10,12 +10,17 @@ AIRFLOW_SENTINEL := $(VENV)/.installed-airflow
 # `airflow` extra. `pip check` then reports that one missing requirement, and only that.
 SPARK_PROVIDER := apache-airflow-providers-apache-spark==6.3.4
 
-.PHONY: setup setup-airflow demo test bench lint gpu-check clean
+.PHONY: setup setup-airflow setup-browser demo test bench lint gpu-check clean
 
 setup: $(SENTINEL)
 
 # Airflow and the DAG tests' needs (make test runs them, so CI does too).
 setup-airflow: $(AIRFLOW_SENTINEL)
+
+# Debian's Chromium for the /docs browser test (playwright drives it; `playwright install` would
+# download a browser build, which this network does not allow). Needs root, as CI runs.
+setup-browser:
+	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium)
 
 $(SENTINEL): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,7 +39,7 @@ $(AIRFLOW_SENTINEL): $(SENTINEL)
 demo: setup
 	$(BIN)/fraudctl demo
 
-test: setup-airflow
+test: setup-airflow setup-browser
 	$(BIN)/python -m pytest
 
 bench: setup

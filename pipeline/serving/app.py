@@ -24,7 +24,8 @@ requests together. FastAPI serves everything else and still documents /score (it
 gives the same answers through the same code). :class:`TimingMiddleware` wraps both.
 
 Where things are: :func:`create_app` composes the scoring router (:mod:`.routes_scoring`), the
-status and admin router (:mod:`.routes_admin`), the error handlers and the lifespan; the body
+status and admin router (:mod:`.routes_admin`), the docs pages with their assets served here, not
+from a CDN (:mod:`.routes_docs`), the error handlers and the lifespan; the body
 limits, batch decoding and error bodies every route shares are :mod:`.http_bodies`.
 """
 
@@ -57,6 +58,7 @@ from pipeline.serving.http_bodies import (
     refusal,
 )
 from pipeline.serving.routes_admin import admin_router
+from pipeline.serving.routes_docs import install_docs
 from pipeline.serving.routes_scoring import scoring_router
 from pipeline.serving.service import ScoringService
 from pipeline.serving.telemetry import HttpMetrics, service_families
@@ -180,8 +182,10 @@ def create_app(service: ScoringService, server: ServerConfig, admin: AdminConfig
     batcher = ScoreBatcher(service.score_batch)
     http = HttpMetrics()
     app = FastAPI(title="Fraud scoring service", lifespan=service_lifespan(service, batcher, server.freeze_heap),
-                  description="Scores card payments (event contract v1) with the registry's champion model.")
+                  description="Scores card payments (event contract v1) with the registry's champion model.",
+                  docs_url=None, redoc_url=None)  # install_docs serves both, with no CDN
     install_error_handlers(app)
+    install_docs(app)
     score_route = ScoreRoute(app, batcher, server.max_body_bytes)
     app.include_router(scoring_router(service, server, score_route.answer))
     app.include_router(admin_router(service, admin, lambda: service_families(service, http) + batcher.families()))

@@ -16,6 +16,12 @@ import torch
 import torch.distributed as dist
 from torch.distributed.constants import default_pg_timeout
 
+from pipeline.config import ConfigError
+
+# torchrun's switch (read by its agents) for a new worker store every restart round instead of one
+# shared store: what a multi-node job needs to take back a restarted node (see init_distributed).
+PER_ROUND_STORE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+
 
 class ReplicaMismatch(RuntimeError):
     """Model replicas diverged across ranks: the run cannot be trusted."""
@@ -50,12 +56,34 @@ def init_distributed(init_method: str | None = None, rank: int | None = None,
         if init_method is None and "MASTER_ADDR" not in os.environ and world_size == 1:
             # A lone process (no torchrun): an in-memory store needs no port.
             dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
-        elif init_method is None and "TORCHELASTIC_RESTART_COUNT" in os.environ:
+        elif init_method is None and _torchrun_shares_one_store_across_rounds():
             dist.init_process_group(backend, store=_restart_round_store(rank, world_size), rank=rank,
                                     world_size=world_size)
         else:
+            # torch's env:// (MASTER_ADDR/PORT from torchrun): under PER_ROUND_STORE_ENV rank 0 hosts
+            # a new store on the port the round's rendezvous picked, so no key outlives its round.
             dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size)
     return DistEnv(rank, world_size, local_rank, backend, device)
+
+
+class MultiNodeNeedsPerRoundStore(ConfigError):
+    """torchrun runs several nodes on one store shared across restart rounds (see PER_ROUND_STORE_ENV)."""
+
+
+def _torchrun_shares_one_store_across_rounds() -> bool:
+    """True when torchrun's agent hosts one store for every restart round (its default); then a
+    restarted worker needs the round in its keys (:func:`_restart_round_store`), which only one
+    node can count: raises :class:`MultiNodeNeedsPerRoundStore` when there are several."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != str(True):
+        return False
+    nodes = int(os.environ.get("GROUP_WORLD_SIZE", "1"))
+    if nodes > 1:
+        raise MultiNodeNeedsPerRoundStore(
+            f"{nodes} nodes under torchrun with its shared rendezvous store: a node that is restarted "
+            f"could not rejoin (its restart count starts again at 0 and torch never hands it the round's "
+            f"store address). Start every node's torchrun with {PER_ROUND_STORE_ENV}=1 "
+            "(`fraudctl train --nnodes` does)")
+    return True
 
 
 def _restart_round_store(rank: int, world_size: int) -> dist.Store:
@@ -65,12 +93,11 @@ def _restart_round_store(rank: int, world_size: int) -> dist.Store:
     per-round prefix (torch.distributed.rendezvous assumes a new store per retry). A restarted rank
     could then read the dead round's gloo addresses before its peers overwrite them and fail with
     "connectFullMesh ... Connection refused", the more often the more loaded the host (what the
-    SIGKILL test hit). The prefix keeps each round's keys apart.
+    SIGKILL test hit). The prefix keeps each round's keys apart; on one node the agent's restart
+    count names the round for every worker.
     """
-    agent_hosts_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True)
-    hosts = not agent_hosts_store and rank == 0  # otherwise rank 0 hosts it, as torch does
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size, is_master=hosts,
-                          timeout=default_pg_timeout, multi_tenant=hosts)
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size, is_master=False,
+                          timeout=default_pg_timeout)
     return dist.PrefixStore(f"fraud-train/restart-{os.environ['TORCHELASTIC_RESTART_COUNT']}", store)
 
 

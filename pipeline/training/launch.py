@@ -12,7 +12,10 @@ a lost peer), so what no attempt can survive (config, dataset, batch geometry: s
 
 Rendezvous is c10d. On one node it binds 127.0.0.1 port 0 (the agent picks a free port); on
 ``nnodes`` > 1 the same command runs on every node with the same ``rdzv_endpoint`` (host:port of
-node 0, reachable from the others) and run directory (shared storage).
+node 0, reachable from the others) and run directory (shared storage). Node 0's agent hosts
+the rendezvous, so the job survives the loss of any other node: its agent, started again by the
+scheduler, rejoins, the group restarts (one of ``max_restarts`` on the surviving nodes) and
+resumes from the latest checkpoint; losing node 0 ends the job (start it again to resume).
 """
 
 from __future__ import annotations
@@ -102,12 +105,33 @@ def check_before_launch(config_env: str | None, config_path: Path | None, datase
         raise TrainingCannotStart(f"training not started: {type(exc).__name__}: {exc}") from exc
 
 
+def agent_command(torchrun: Torchrun, run_dir: Path, config_env: str | None = None, config_path: Path | None = None,
+                  dataset_root: Path | None = None, resume: bool = True) -> list[str]:
+    """One torchrun agent's command line, the same on every node (the rendezvous id is the run's name)."""
+    return torchrun_command(torchrun, job_arguments(run_dir, config_env, config_path, dataset_root, resume),
+                            run_id=run_dir.name)
+
+
+def agent_environment(torchrun: Torchrun) -> dict[str, str]:
+    """This process's environment for a torchrun agent: one OpenMP thread per rank unless set, and
+    on several nodes a new worker store every restart round, so that a node restarted after a
+    failure can rejoin the others (see :mod:`pipeline.training.distributed`)."""
+    # Imported here: it loads torch, which the other fraudctl commands importing this module never need.
+    from pipeline.training.distributed import PER_ROUND_STORE_ENV
+
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    if torchrun.nnodes > 1:
+        env[PER_ROUND_STORE_ENV] = "1"
+    return env
+
+
 def run_training(config_env: str | None, run_dir: Path, dataset_root: Path | None = None,
                  torchrun: Torchrun | None = None, resume: bool = True, config_path: Path | None = None,
                  log_file: Path | None = None, timeout_s: float | None = None) -> RunSummary:
     """Train under torchrun and return the run's ``summary.json``.
 
-    ``torchrun`` defaults to 2 processes on this node, no restarts. The job reads
+    ``torchrun`` defaults to 2 processes on this node, no restarts; with ``nnodes`` > 1 this is one
+    node's agent, and every node calls it with the same arguments and a shared ``run_dir``. The job reads
     ``conf/<config_env>/train.toml``, or ``config_path`` when given. Its output
     streams to this process's stdout/stderr (rank 0's live progress), or into ``log_file`` when
     given (created or appended to). Raises :class:`TrainingCannotStart` (before creating the run
@@ -119,9 +143,8 @@ def run_training(config_env: str | None, run_dir: Path, dataset_root: Path | Non
     check_before_launch(config_env, config_path, dataset_root, torchrun.nproc_per_node * torchrun.nnodes)
     run = RunDir(run_dir)
     run.path.mkdir(parents=True, exist_ok=True)
-    command = torchrun_command(torchrun, job_arguments(run.path, config_env, config_path, dataset_root, resume),
-                               run_id=run.name)
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    command = agent_command(torchrun, run.path, config_env, config_path, dataset_root, resume)
+    env = agent_environment(torchrun)
     if log_file is None:
         proc = subprocess.run(command, cwd=PROJECT_ROOT, env=env, timeout=timeout_s)
         output = ""
