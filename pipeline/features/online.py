@@ -1,44 +1,52 @@
-"""Online features: the kernel applied to one card's and one merchant's in-memory history.
+"""Online features: running window aggregates per card and per merchant, exact to the kernel.
 
 The scoring service keeps an :class:`OnlineFeatureState`, feeds it every payment and fraud report
 it sees (from Kafka, or seeded from the raw store), and asks it for the features of a new payment.
-The numbers are those the Spark dataset holds for the same payment (tested to be identical): same
-kernel, same integer arithmetic, same label rule (a fraud report feeds its merchant's rate
+The numbers are those the Spark dataset holds for the same payment (tested equal to
+:mod:`pipeline.features.kernel` at 1e-9, and bit for bit in practice): the same windows
+``[t - w, t)`` over strictly earlier events (same-instant payments do not see each other), the same
+integer-cent sums, the same split of squared cents into two 31-bit halves, the same float
+operations in the same order, and the same label rule (a fraud report feeds its merchant's rate
 ``label_delay`` after ``reported_at``, first report only, if the payment happened at most
-``label_match_days`` before the report).
+``label_match_days`` before the report). Time features and categorical codes are the kernel's
+and :mod:`.definitions`' own functions.
 
-Many payments can be asked at once (:meth:`OnlineFeatureState.features_many`): one kernel call
-over their cards' and merchants' histories, the same numbers as one call per payment.
+How: every card and merchant holds its recent events in a :class:`.windows.WindowedLog`, whose
+aggregates are the windows of a query at the log's cursor: per card count, cent sum and squared
+cent halves over 1 h, 1, 7 and 30 days, merchants per day and merchants and countries per 30 days
+(distinct-merchant and familiarity counters); per merchant the payment counts and the counts of
+label-delayed fraud instants over 1, 7 and 30 days. A query slides the cursor to its payment's
+time. So a payment in time order costs O(windows), whatever its card or merchant holds: a
+merchant with a million payments a month costs what one with a hundred does. A payment ``x``
+events behind its key's latest (late arrival), or a back-dated report, costs O(x) and a binary
+search, and stays exact (see :mod:`.windows` for each operation's cost).
 
-Memory is bounded by expiry (:meth:`OnlineFeatureState.expire`): payments older than the longest
-window, fraud instants older than the longest merchant window, the payment index that reports
-are matched against after ``label_match_days``, and fraud reports whose payment never came once
-their instant could no longer be read by any window. Expiry is incremental: every key is filed under the
-hours of the events it holds (:class:`_ExpiryIndex`), so a call visits only keys that hold
-something old, at most ``budget`` of them, and never walks the whole state.
+Memory (measured with tracemalloc on CPython 3.11), bounded by expiry: per card ~1 KB (its log
+and 4 window aggregates) plus ~180 bytes per payment of the last 30 days and the expiry margin (time,
+a (cents, merchant, country) row, counter entries). Per merchant ~1 KB plus 8 bytes per payment of
+the same span and 8 per fraud instant in it (reports up to ``label_delay`` ahead included). Per
+payment, for ``label_match_days``: its id, merchant and time (reports are matched against it),
+its first fraud report's time and its expiry entries, ~350 bytes with the strings. Expiry
+(:meth:`OnlineFeatureState.expire`) is incremental: every key is filed under the hours of the
+events it holds (:class:`_ExpiryIndex`), so a call visits only keys that hold something old, at
+most ``budget`` of them, and never walks the whole state.
 """
 
 from __future__ import annotations
 
-import bisect
 import functools
 import heapq
+import math
+import sys
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field
-from itertools import chain
+from dataclasses import dataclass
 
 import numpy as np
 
 from pipeline.features import definitions as fd
-from pipeline.features.kernel import (
-    US_PER_DAY,
-    CardEvents,
-    KeyedTimes,
-    card_features,
-    merchant_features,
-    time_features,
-)
+from pipeline.features.kernel import MAX_CENTS, US_PER_DAY, US_PER_SECOND, time_features
 from pipeline.features.params import FeatureParams
+from pipeline.features.windows import Count, WindowedLog, add_to, take_from
 
 
 @dataclass(frozen=True)
@@ -55,35 +63,129 @@ class Payment:
     country: str | None = None
 
 
-@dataclass
-class _CardHistory:
-    ts: list[int] = field(default_factory=list)
-    amount: list[float] = field(default_factory=list)
-    merchant: list[int] = field(default_factory=list)
-    country: list[int] = field(default_factory=list)
-
-    def insert(self, ts: int, amount: float, merchant: int, country: int) -> None:
-        i = bisect.bisect_right(self.ts, ts)  # arrival order does not matter: kept sorted by time
-        self.ts.insert(i, ts)
-        self.amount.insert(i, amount)
-        self.merchant.insert(i, merchant)
-        self.country.insert(i, country)
-
-    def drop_before(self, ts: int) -> int:
-        """Drop the events before ``ts``; returns how many."""
-        i = bisect.bisect_left(self.ts, ts)
-        del self.ts[:i], self.amount[:i], self.merchant[:i], self.country[:i]
-        return i
+VELOCITY_US = fd.VELOCITY_WINDOW_SECONDS * US_PER_SECOND
+LOOKBACK_US = fd.LOOKBACK_DAYS * US_PER_DAY
+DISTINCT_MERCHANTS_US = US_PER_DAY  # card_distinct_merchants_1d
+CARD_WINDOWS_US = tuple(sorted({VELOCITY_US, DISTINCT_MERCHANTS_US, LOOKBACK_US,
+                                *(days * US_PER_DAY for days in fd.CARD_WINDOWS_DAYS)}))
+MERCHANT_WINDOWS_US = tuple(days * US_PER_DAY for days in fd.MERCHANT_WINDOWS_DAYS)
+_CARD_AT = {w: i for i, w in enumerate(CARD_WINDOWS_US)}
+_SQ_SPLIT = 31  # the kernel's split of a squared amount into two exact halves
+_SQ_LOW_MASK = (1 << _SQ_SPLIT) - 1
+_SQ_SCALE = float(1 << _SQ_SPLIT)
 
 
-@dataclass
-class _MerchantHistory:
-    payments: list[int] = field(default_factory=list)
-    fraud_known: list[int] = field(default_factory=list)
+def cents_of(amount: float) -> int:
+    """:func:`.kernel.to_cents` of one amount, without numpy's per-call cost (tested equal)."""
+    if math.isnan(amount):
+        return 0
+    return math.floor(min(max(amount, 0.0), MAX_CENTS / 100) * 100 + 0.5)
 
 
-_NO_CARD = _CardHistory()
-_NO_MERCHANT = _MerchantHistory()
+class _CardWindow:
+    """A card's payments in one window: count, cent sum, squared cents in the kernel's two halves;
+    the window's merchants and countries counted where a feature reads them (else ``None``)."""
+
+    __slots__ = ("n", "cents", "sq_high", "sq_low", "merchants", "countries")
+
+    def __init__(self, window_us: int) -> None:
+        self.n = self.cents = self.sq_high = self.sq_low = 0
+        self.merchants: dict | None = {} if window_us in (DISTINCT_MERCHANTS_US, LOOKBACK_US) else None
+        self.countries: dict | None = {} if window_us == LOOKBACK_US else None
+
+    def add(self, row: tuple[int, str, str | None]) -> None:
+        cents, merchant, country = row
+        square = cents * cents
+        self.n += 1
+        self.cents += cents
+        self.sq_high += square >> _SQ_SPLIT
+        self.sq_low += square & _SQ_LOW_MASK
+        if self.merchants is not None:
+            add_to(self.merchants, merchant)
+        if self.countries is not None:
+            add_to(self.countries, country)
+
+    def remove(self, row: tuple[int, str, str | None]) -> None:
+        cents, merchant, country = row
+        square = cents * cents
+        self.n -= 1
+        self.cents -= cents
+        self.sq_high -= square >> _SQ_SPLIT
+        self.sq_low -= square & _SQ_LOW_MASK
+        if self.merchants is not None:
+            take_from(self.merchants, merchant)
+        if self.countries is not None:
+            take_from(self.countries, country)
+
+    def moments(self) -> tuple[float, float, float]:
+        """Count, mean and sample std of the amounts, in the kernel's float operations and order."""
+        n = float(self.n)
+        if self.n == 0:
+            return n, 0.0, 0.0
+        total = float(self.cents)
+        mean = total / n / 100
+        if self.n == 1:
+            return n, mean, 0.0
+        total_sq = float(self.sq_high) * _SQ_SCALE + float(self.sq_low)
+        variance = (total_sq - total * total / n) / (n - 1)
+        return n, mean, math.sqrt(max(variance, 0.0)) / 100
+
+
+def _card_log() -> WindowedLog:
+    return WindowedLog(CARD_WINDOWS_US, lambda i: _CardWindow(CARD_WINDOWS_US[i]), follow=True)
+
+
+def _count_log(follow: bool) -> WindowedLog:
+    return WindowedLog(MERCHANT_WINDOWS_US, lambda i: Count(), keep_rows=False, follow=follow)
+
+
+class _Merchant:
+    __slots__ = ("payments", "frauds")
+
+    def __init__(self) -> None:
+        self.payments = _count_log(follow=True)
+        # Instants fraud became usable (first report + delay): often ahead of now, so they wait for the queries.
+        self.frauds = _count_log(follow=False)
+
+
+# What a card or merchant never seen reads: empty logs (only their cursors ever change).
+_NO_CARD = _card_log()
+_NO_MERCHANT = _Merchant()
+
+
+def card_columns(card: WindowedLog, ts_us: int, amount: float, merchant: str, country: str | None) -> dict[str, float]:
+    """The card features of a payment at ``ts_us`` from its card's log (moves the log's cursor)."""
+    card.move_to(ts_us)
+    windows = card.aggregates
+    out: dict[str, float] = {}
+    for days in fd.CARD_WINDOWS_DAYS:
+        out[fd.card_count(days)], out[fd.card_mean(days)], out[fd.card_std(days)] = (
+            windows[_CARD_AT[days * US_PER_DAY]].moments())
+    lookback = windows[_CARD_AT[LOOKBACK_US]]
+    out[fd.CARD_TX_COUNT_1H] = float(windows[_CARD_AT[VELOCITY_US]].n)
+    previous = card.latest_before_cursor()
+    out[fd.CARD_SECONDS_SINCE_PREV] = (float(ts_us - previous) / US_PER_SECOND if lookback.n > 0
+                                       else fd.NO_PREVIOUS_SECONDS)
+    mean30, std30 = out[fd.card_mean(30)], out[fd.card_std(30)]
+    out[fd.CARD_AMOUNT_TO_MEAN_30D] = amount / mean30 if mean30 > 0 else fd.NO_HISTORY_AMOUNT_RATIO
+    out[fd.CARD_AMOUNT_ZSCORE_30D] = (amount - mean30) / std30 if std30 > 0 else 0.0
+    out[fd.CARD_DISTINCT_MERCHANTS_1D] = float(len(windows[_CARD_AT[DISTINCT_MERCHANTS_US]].merchants))
+    out[fd.CARD_MERCHANT_TX_COUNT_30D] = float(lookback.merchants.get(merchant, 0))
+    out[fd.CARD_COUNTRY_TX_COUNT_30D] = float(lookback.countries.get(country, 0))
+    return out
+
+
+def merchant_columns(merchant: _Merchant, ts_us: int) -> dict[str, float]:
+    """Merchant counts and known-fraud rates of a payment at ``ts_us`` (moves the logs' cursors)."""
+    merchant.payments.move_to(ts_us)
+    merchant.frauds.move_to(ts_us)
+    out: dict[str, float] = {}
+    for days, payments, frauds in zip(fd.MERCHANT_WINDOWS_DAYS, merchant.payments.aggregates,
+                                      merchant.frauds.aggregates, strict=True):
+        out[fd.merchant_count(days)] = float(payments.n)
+        out[fd.merchant_fraud_rate(days)] = min(frauds.n / max(payments.n, 1), 1.0)
+    return out
+
 
 EXPIRY_BUCKET_US = 3600 * 1_000_000  # expiry files keys by the hour of their events
 
@@ -125,24 +227,15 @@ class _ExpiryIndex:
         return out
 
 
-class _Interner(dict):
-    """String -> small int, stable for the life of the state (the kernel only compares codes)."""
-
-    def code(self, value: str | None) -> int:
-        return self.setdefault(value, len(self))
-
-
 class OnlineFeatureState:
-    """Per-card and per-merchant histories with the kernel on top. Not thread-safe: one writer."""
+    """Per-card and per-merchant window aggregates (see the module docstring). Not thread-safe: one writer."""
 
     def __init__(self, params: FeatureParams) -> None:
         self.params = params
-        self._cards: dict[str, _CardHistory] = {}
-        self._merchants: dict[str, _MerchantHistory] = {}
+        self._cards: dict[str, WindowedLog] = {}
+        self._merchants: dict[str, _Merchant] = {}
         self._payments: dict[str, tuple[str, int]] = {}  # transaction_id -> (merchant_id, ts_us)
         self._first_fraud_report: dict[str, int] = {}  # transaction_id -> earliest fraud report (us)
-        self._merchant_codes = _Interner()
-        self._country_codes = _Interner()
         self._card_events = 0
         # What expiry visits: cards and merchants by the hours of their events, payments by their hour.
         self._expiring_cards = _ExpiryIndex()
@@ -152,14 +245,18 @@ class OnlineFeatureState:
 
     # -- what the stream feeds -------------------------------------------------------------------
     def observe_payment(self, p: Payment) -> None:
-        """Add a payment to its card's and merchant's history (idempotent per transaction_id)."""
+        """Add a payment to its card's and merchant's windows (idempotent per transaction_id)."""
         if p.transaction_id in self._payments:
             return
         self._payments[p.transaction_id] = (p.merchant_id, p.ts_us)
-        card = self._cards.setdefault(p.card_id, _CardHistory())
-        card.insert(p.ts_us, p.amount, self._merchant_codes.code(p.merchant_id), self._country_codes.code(p.country))
+        # Interned: a card's rows and its counters share one string per merchant and country.
+        row = (cents_of(p.amount), sys.intern(p.merchant_id), None if p.country is None else sys.intern(p.country))
+        card = self._cards.get(p.card_id)
+        if card is None:
+            card = self._cards[p.card_id] = _card_log()
+        card.insert(p.ts_us, row)
         self._card_events += 1
-        bisect.insort(self._merchants.setdefault(p.merchant_id, _MerchantHistory()).payments, p.ts_us)
+        self._merchant(p.merchant_id).payments.insert(p.ts_us)
         self._expiring_payments.add(p.ts_us, p.transaction_id)
         self._expiring_cards.add(p.ts_us, p.card_id)
         self._expiring_merchants.add(p.ts_us, p.merchant_id)
@@ -181,14 +278,21 @@ class OnlineFeatureState:
         else:  # the payment may still arrive (out-of-order replay), or never (before the state's history)
             self._expiring_orphan_reports.add(reported_us, transaction_id)
 
+    def _merchant(self, merchant_id: str) -> _Merchant:
+        merchant = self._merchants.get(merchant_id)
+        if merchant is None:
+            merchant = self._merchants[merchant_id] = _Merchant()
+        return merchant
+
     def _add_fraud_instant(self, transaction_id: str, reported_us: int, replaced_us: int | None) -> None:
         merchant_id, ts = self._payments[transaction_id]
-        history = self._merchants[merchant_id]
+        frauds = self._merchant(merchant_id).frauds
         match_us = self.params.label_match_days * US_PER_DAY
         if replaced_us is not None and ts >= replaced_us - match_us:
-            history.fraud_known.remove(replaced_us + self.params.label_delay_us)
+            # False when expiry already dropped it: no window of a payment from now on read it.
+            frauds.remove(replaced_us + self.params.label_delay_us)
         if ts >= reported_us - match_us:
-            bisect.insort(history.fraud_known, reported_us + self.params.label_delay_us)
+            frauds.insert(reported_us + self.params.label_delay_us)
             self._expiring_merchants.add(reported_us + self.params.label_delay_us, merchant_id)
 
     # -- what scoring asks -----------------------------------------------------------------------
@@ -197,39 +301,26 @@ class OnlineFeatureState:
         return self.features_many((p,))[0]
 
     def features_many(self, payments: Sequence[Payment]) -> list[dict[str, float | int]]:
-        """Features of each payment as of its own time, in one kernel call over their cards' and
-        merchants' histories: each row equals :meth:`features` of that payment alone (the kernel
-        treats keys independently). Payments see each other only where they have been observed."""
+        """Features of each payment as of its own time: each row equals :meth:`features` of that
+        payment alone. Payments see each other only where they have been observed. Asked in time
+        order, so the keys' cursors only move forward within a batch."""
         if not payments:
             return []
-        card_keys = _dense_codes(p.card_id for p in payments)
-        merchant_keys = _dense_codes(p.merchant_id for p in payments)
-        cards = [self._cards.get(card_id, _NO_CARD) for card_id in card_keys]
-        merchants = [self._merchants.get(merchant_id, _NO_MERCHANT) for merchant_id in merchant_keys]
-        history = CardEvents(key=_keys_of([len(c.ts) for c in cards]), ts_us=_int64(c.ts for c in cards),
-                             amount=np.array(list(chain.from_iterable(c.amount for c in cards)), dtype=np.float64),
-                             merchant=_int64(c.merchant for c in cards), country=_int64(c.country for c in cards))
-        ts = np.array([p.ts_us for p in payments], dtype=np.int64)
-        query = CardEvents(key=np.array([card_keys[p.card_id] for p in payments], dtype=np.int64), ts_us=ts,
-                           amount=np.array([p.amount for p in payments], dtype=np.float64),
-                           merchant=np.array([self._merchant_codes.get(p.merchant_id, -1) for p in payments],
-                                             dtype=np.int64),
-                           country=np.array([self._country_codes.get(p.country, -1) for p in payments],
-                                            dtype=np.int64))
-        merchant_history = KeyedTimes(_keys_of([len(m.payments) for m in merchants]),
-                                      _int64(m.payments for m in merchants))
-        fraud_known = KeyedTimes(_keys_of([len(m.fraud_known) for m in merchants]),
-                                 _int64(m.fraud_known for m in merchants))
-        merchant_query = KeyedTimes(np.array([merchant_keys[p.merchant_id] for p in payments], dtype=np.int64), ts)
-        columns = {name: np.asarray(values, dtype=np.float64).tolist() for name, values in
-                   (card_features(history, _unseen_as_new(query)) | time_features(ts)
-                    | merchant_features(merchant_history, fraud_known, merchant_query)).items()}
-        columns["amount"] = [float(p.amount) for p in payments]
-        for name, source in fd.CATEGORICAL_SOURCES.items():
-            columns[name] = [_code(getattr(p, source), fd.CATEGORICAL_FEATURES[name]) for p in payments]
-        rows = [dict(zip(fd.FEATURE_COLUMNS, values, strict=True))
-                for values in zip(*(columns[name] for name in fd.FEATURE_COLUMNS), strict=True)]
+        clock = {name: values.tolist() for name, values in
+                 time_features(np.array([p.ts_us for p in payments], dtype=np.int64)).items()}
+        rows: list[dict[str, float | int]] = [{}] * len(payments)
+        for i in sorted(range(len(payments)), key=lambda i: payments[i].ts_us):
+            rows[i] = self._row(payments[i], {name: values[i] for name, values in clock.items()})
         return rows
+
+    def _row(self, p: Payment, clock: dict[str, float]) -> dict[str, float | int]:
+        amount = float(p.amount)
+        columns: dict[str, float | int] = {"amount": amount, **clock}
+        columns |= card_columns(self._cards.get(p.card_id, _NO_CARD), p.ts_us, amount, p.merchant_id, p.country)
+        columns |= merchant_columns(self._merchants.get(p.merchant_id, _NO_MERCHANT), p.ts_us)
+        for name, source in fd.CATEGORICAL_SOURCES.items():
+            columns[name] = _code(getattr(p, source), fd.CATEGORICAL_FEATURES[name])
+        return {name: columns[name] for name in fd.FEATURE_COLUMNS}
 
     # -- bounded memory --------------------------------------------------------------------------
     def expire(self, now_us: int, budget: int | None = None) -> bool:
@@ -249,18 +340,18 @@ class OnlineFeatureState:
         report_horizon = min(match_horizon, merchant_horizon - self.params.label_delay_us)
         left = float("inf") if budget is None else budget
         for card_id in self._expiring_cards.take_due(card_horizon, left):
-            history = self._cards.get(card_id)
-            if history is not None:
-                self._card_events -= history.drop_before(card_horizon)
-                if not history.ts:
+            card = self._cards.get(card_id)
+            if card is not None:
+                self._card_events -= card.drop_before(now_us)
+                if not len(card):
                     del self._cards[card_id]
             left -= 1
         for merchant_id in self._expiring_merchants.take_due(merchant_horizon, left):
-            history = self._merchants.get(merchant_id)
-            if history is not None:
-                del history.payments[:bisect.bisect_left(history.payments, merchant_horizon)]
-                del history.fraud_known[:bisect.bisect_left(history.fraud_known, merchant_horizon)]
-                if not history.payments and not history.fraud_known:
+            merchant = self._merchants.get(merchant_id)
+            if merchant is not None:
+                merchant.payments.drop_before(now_us)
+                merchant.frauds.drop_before(now_us)
+                if not len(merchant.payments) and not len(merchant.frauds):
                     del self._merchants[merchant_id]
             left -= 1
         for transaction_id in self._expiring_payments.take_due(match_horizon, left):
@@ -287,29 +378,3 @@ class OnlineFeatureState:
 def _code(value: str | None, buckets: int) -> int:
     """:func:`definitions.categorical_code`, the definition the kernel's vectorised codes use, memoised."""
     return fd.categorical_code(value, buckets)
-
-
-def _dense_codes(ids) -> dict[str, int]:
-    """Each distinct id -> 0, 1, 2, ... in order of first appearance (the kernel's dense key codes)."""
-    codes: dict[str, int] = {}
-    for i in ids:
-        codes.setdefault(i, len(codes))
-    return codes
-
-
-def _keys_of(lengths: list[int]) -> np.ndarray:
-    """Key code of every event of histories laid end to end (history ``k`` has ``lengths[k]`` events)."""
-    return np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
-
-
-def _int64(lists) -> np.ndarray:
-    """Sorted per-key lists laid end to end, as one int64 array (sorted by key, then time)."""
-    return np.array(list(chain.from_iterable(lists)), dtype=np.int64)
-
-
-def _unseen_as_new(query: CardEvents) -> CardEvents:
-    """A merchant/country the state never saw has no earlier payment: give it a code no event has."""
-    unseen = np.iinfo(np.int32).max
-    return CardEvents(key=query.key, ts_us=query.ts_us, amount=query.amount,
-                      merchant=np.where(query.merchant < 0, unseen, query.merchant),
-                      country=np.where(query.country < 0, unseen, query.country))

@@ -3,10 +3,11 @@
 The HTTP layer gets :class:`ServerConfig`, the model reloader :class:`ModelConfig`, the fusion
 policy and the choice of thresholds :class:`DecisionConfig`, the realised rates and their health
 check :class:`AlertsConfig`, the rule book :class:`RulesConfig`, the online-feature feed
-:class:`StreamConfig`, the score publisher :class:`ScoresConfig`, the admin endpoints
-:class:`AdminConfig`. Where the model comes from (registry URI, model name), which Kafka cluster
-and topics, the label delay of the features and where the raw store lives are *not* repeated
-here: they come from ``registry.toml``, ``kafka.toml`` and ``ingest.toml`` (one definition each).
+:class:`StreamConfig`, the timing rules on scored payments :class:`TimeRulesConfig`, the score
+publisher :class:`ScoresConfig`, the admin endpoints :class:`AdminConfig`. Where the model comes
+from (registry URI, model name), which Kafka cluster and topics, the label delay of the features,
+the timing bounds and where the raw store lives are *not* repeated here: they come from
+``registry.toml``, ``kafka.toml`` and ``ingest.toml`` (one definition each).
 
 Connection settings: ``$FRAUD_SERVING_HOST`` / ``$FRAUD_SERVING_PORT`` (and ``--host`` / ``--port``)
 win over the file, and the admin token is read from ``$FRAUD_SERVING_ADMIN_TOKEN`` so that it never
@@ -137,6 +138,26 @@ class StreamConfig:
     stall_after_s: float = 120.0
 
 
+# What a scored payment's event time is judged against (see TimeRulesConfig); "off": not judged.
+LateReference = Literal["watermark", "clock", "off"]
+FutureReference = Literal["clock", "off"]
+
+
+@dataclass(frozen=True)
+class TimeRulesConfig:
+    """Ingest's timing rules on scored payments (:class:`pipeline.serving.features.PaymentTimeRules`):
+    a payment they refuse is answered 422 with the contract's reason and never reaches the features.
+    The bounds are ingest.toml's ``[raw] max_lateness_days`` and ``max_clock_skew_s``, not repeated here."""
+
+    # late_event: more than max_lateness_days behind "watermark", the latest payment event time the
+    # features have seen (ingest's own rule: a replay of old history is not late), or behind "clock",
+    # the service's wall clock (live traffic only).
+    late_against: LateReference = "watermark"
+    # future_event_time: more than max_clock_skew_s ahead of the service's wall clock (ingest: of the
+    # record's Kafka timestamp). Never the watermark: it cannot tell a far-future time from progress.
+    future_against: FutureReference = "clock"
+
+
 @dataclass(frozen=True)
 class ScoresConfig:
     """Every decision goes to the scores topic (transaction id, model version, score, decision, features)."""
@@ -162,6 +183,7 @@ class ServingConfig:
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
     rules: RulesConfig = field(default_factory=RulesConfig)
     stream: StreamConfig = field(default_factory=StreamConfig)
+    time_rules: TimeRulesConfig = field(default_factory=TimeRulesConfig)
     scores: ScoresConfig = field(default_factory=ScoresConfig)
     admin: AdminConfig = field(default_factory=AdminConfig)
 

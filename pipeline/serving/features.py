@@ -15,19 +15,29 @@ the batch had been scored one by one in event-time order.
 Expiry runs against the latest event time seen, less a margin, so that payments arriving that late
 still find every earlier payment their windows read. It takes the lock for slices of at most
 ``EXPIRE_SLICE`` keys, so a request never waits for more than one slice.
+
+Scored payments are first judged by ingest's timing rules (:class:`PaymentTimeRules`): one that
+ingest would quarantine as ``late_event`` or ``future_event_time`` raises
+:class:`.errors.PaymentRefused` (422) before anything of its batch is remembered, so a payment
+dated 1970 or 9999 can neither enter the windows nor drag the stream's clock, and with it expiry.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pipeline.contract import parse_rfc3339
+from pipeline.contract import TIME_FIELD_BY_KIND, Kind, Rejection, RejectReason, parse_rfc3339
+from pipeline.features.kernel import US_PER_DAY, US_PER_SECOND
 from pipeline.features.online import OnlineFeatureState, Payment
 from pipeline.features.params import FeatureParams
+from pipeline.ingest.config import RawStoreConfig
+from pipeline.serving.config import FutureReference, LateReference, TimeRulesConfig
+from pipeline.serving.errors import PaymentRefused
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 US = timedelta(microseconds=1)
@@ -63,11 +73,56 @@ def payment_from_event(event: dict[str, Any]) -> Payment:
                    country=event.get("country"))
 
 
-class FeatureStore:
-    """Thread-safe online features with stream-time expiry."""
+@dataclass(frozen=True)
+class PaymentTimeRules:
+    """Ingest's ``late_event`` and ``future_event_time`` (:mod:`pipeline.ingest.timing`) for one
+    payment at a time, with the service's wall clock standing in for the record's Kafka timestamp
+    and the latest payment event time the features have seen for the partition's watermark.
+    ``late_against`` / ``future_against`` as in :class:`.config.TimeRulesConfig`."""
 
-    def __init__(self, params: FeatureParams, expiry_margin_hours: float) -> None:
+    max_lateness_days: float
+    max_clock_skew_s: float
+    late_against: LateReference = "watermark"
+    future_against: FutureReference = "clock"
+
+    def check(self, ts_us: int, watermark_us: int | None, now_us: int) -> Rejection | None:
+        """Why a payment at ``ts_us`` is refused (ingest's order: future first), or None."""
+        name = TIME_FIELD_BY_KIND[Kind.TRANSACTION]
+        future = self.check_future(ts_us, now_us, name) if self.future_against == "clock" else None
+        if future is not None:
+            return future
+        reference = {"clock": now_us, "watermark": watermark_us}.get(self.late_against)
+        if reference is not None and ts_us < reference - int(self.max_lateness_days * US_PER_DAY):
+            behind = ("the service's clock" if self.late_against == "clock"
+                      else f"the latest {name} the service has seen (its watermark)")
+            return Rejection(RejectReason.LATE_EVENT, name,
+                             f"{name} is more than {self.max_lateness_days:g} days behind {behind}")
+        return None
+
+
+    def check_future(self, ts_us: int, now_us: int, name: str) -> Rejection | None:
+        """``future_event_time`` for an event whose ``name`` field is at ``ts_us``, judged at ``now_us``."""
+        if ts_us - now_us > int(self.max_clock_skew_s * US_PER_SECOND):
+            return Rejection(RejectReason.FUTURE_EVENT_TIME, name,
+                             f"{name} is more than {self.max_clock_skew_s:g} s ahead of the service's clock "
+                             "(or the record's Kafka timestamp)")
+        return None
+
+
+def payment_time_rules(config: TimeRulesConfig, raw: RawStoreConfig) -> PaymentTimeRules:
+    """The rules of ``serving.toml``'s ``[time_rules]`` with ingest.toml's ``[raw]`` bounds."""
+    return PaymentTimeRules(raw.max_lateness_days, raw.max_clock_skew_s, config.late_against, config.future_against)
+
+
+class FeatureStore:
+    """Thread-safe online features with stream-time expiry. ``time_rules`` (None: none) judge
+    scored payments against ``wall_clock`` (epoch seconds) and the latest event time seen."""
+
+    def __init__(self, params: FeatureParams, expiry_margin_hours: float, time_rules: PaymentTimeRules | None = None,
+                 wall_clock: Callable[[], float] = time.time) -> None:
         self.params = params
+        self.time_rules = time_rules
+        self._wall_clock = wall_clock
         self._state = OnlineFeatureState(params)
         self._lock = threading.Lock()
         self._margin_us = int(expiry_margin_hours * 3600 * 1_000_000)
@@ -82,12 +137,25 @@ class FeatureStore:
 
     def score_features_many(self, payments: Sequence[Payment]) -> list[dict[str, float | int]]:
         """Remember ``payments``, then return the features of each as of its own time (one critical
-        section, one kernel call). Each sees the state's and the batch's strictly earlier payments,
-        never itself: the same rows as scoring them one by one in event-time order."""
+        section). Each sees the state's and the batch's strictly earlier payments, never itself: the
+        same rows as scoring them one by one in event-time order. Raises PaymentRefused for the first
+        payment the time rules refuse, judged in order as ingest would, before any is remembered."""
         with self._lock:
+            self._screen(payments)
             for payment in payments:
                 self._observe(payment)
             return self._state.features_many(payments)
+
+    def _screen(self, payments: Sequence[Payment]) -> None:
+        if self.time_rules is None:
+            return
+        now_us = int(self._wall_clock() * US_PER_SECOND)
+        watermark = self._latest_us
+        for i, payment in enumerate(payments):
+            rejection = self.time_rules.check(payment.ts_us, watermark, now_us)
+            if rejection is not None:
+                raise PaymentRefused(rejection, i)
+            watermark = payment.ts_us if watermark is None else max(watermark, payment.ts_us)
 
     def features(self, payment: Payment) -> dict[str, float | int]:
         """Features of ``payment`` as of its time, without remembering it."""

@@ -3,7 +3,9 @@
 Shared by the /score fast path (:class:`.app.ScoreRoute`) and the FastAPI routers
 (:mod:`.routes_scoring`, :mod:`.routes_admin`), so every route refuses the same input with the same
 status and body. An error body is always ``{"error": reason, "field": name or null, "detail": text}``
-(``index`` added for the item of a batch that refused it).
+(``index`` added for the item of a batch that refused it). A refusal is a
+:class:`.errors.RequestRefused`; the feature store raises one of its own kind,
+:class:`.errors.PaymentRefused` (ingest's timing rules), which every route answers the same way.
 """
 
 from __future__ import annotations
@@ -17,21 +19,10 @@ from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope
 
 from pipeline.contract import FIELDS_BY_KIND, Kind, Rejection, RejectReason, validate_object
-from pipeline.serving.errors import NotReady
+from pipeline.serving.errors import NotReady, RequestRefused
 
 JSON = "application/json"
 BATCH_FIELD = "transactions"
-
-
-class RequestRefused(Exception):
-    """A request the service answers with a 4xx: status and the JSON error body."""
-
-    def __init__(self, status: int, error: str, detail: str, field: str | None = None, index: int | None = None):
-        super().__init__(detail)
-        self.status = status
-        self.body = {"error": error, "field": field, "detail": detail}
-        if index is not None:
-            self.body["index"] = index
 
 
 def refusal(rejection: Rejection, index: int | None = None) -> RequestRefused:
@@ -114,5 +105,6 @@ def transaction_schema() -> dict[str, Any]:
 
 # The OpenAPI documentation of the scoring routes' refusals.
 ERRORS = {400: {"description": "malformed_json"}, 413: {"description": "body (or batch) over the limit"},
-          422: {"description": "the event contract refused the transaction (error, field, detail)"},
+          422: {"description": "the event contract, or ingest's timing rules (late_event, future_event_time), "
+                               "refused the transaction (error, field, detail)"},
           503: {"description": "no model is live yet"}}

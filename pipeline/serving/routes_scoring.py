@@ -3,7 +3,8 @@
 ``POST /score`` is normally answered before FastAPI by :class:`.app.ScoreRoute`; the route here
 documents it in the OpenAPI spec and, if a request ever reaches it, answers through the same
 ``answer`` function (same limits, validation and bodies). ``POST /score/batch`` scores a whole
-batch with one model version, off the event loop.
+batch with one model version, off the event loop; a payment ingest's timing rules refuse
+(:class:`.errors.PaymentRefused`) refuses the batch, with its index, before any of it is scored.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.types import Receive, Scope
 
 from pipeline.serving.config import ServerConfig
+from pipeline.serving.errors import PaymentRefused
 from pipeline.serving.http_bodies import (
     BATCH_FIELD,
     ERRORS,
@@ -22,6 +24,7 @@ from pipeline.serving.http_bodies import (
     decode_batch,
     json_response,
     read_body,
+    refusal,
     transaction_schema,
 )
 from pipeline.serving.service import ScoringService
@@ -46,11 +49,13 @@ def scoring_router(service: ScoringService, server: ServerConfig, answer: ScoreA
         JSON: {"schema": {"type": "object", "required": [BATCH_FIELD],
                           "properties": {BATCH_FIELD: {"type": "array", "items": transaction_schema()}}}}}}})
     async def score_batch(request: Request) -> Response:
-        """Score many transactions with one model version; the first invalid one refuses the batch."""
+        """Score many transactions with one model version; the first invalid or mistimed one refuses the batch."""
         events = decode_batch(await read_body(request.scope, request.receive, server.max_batch_bytes),
                               server.max_batch_items)
-        # Off the event loop: a large batch must not stall single requests behind it.
-        results = await run_in_threadpool(service.score_batch, events)
+        try:  # off the event loop: a large batch must not stall single requests behind it
+            results = await run_in_threadpool(service.score_batch, events)
+        except PaymentRefused as exc:  # nothing of the batch was scored: name the item, as decode_batch does
+            raise refusal(exc.rejection, exc.index) from None
         return json_response({"results": [r.to_dict() for r in results]})
 
     return router

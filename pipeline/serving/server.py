@@ -20,6 +20,7 @@ from pipeline.registry.config import load_registry_config
 from pipeline.serving.app import create_app
 from pipeline.serving.config import ServerConfig, ServingConfig, load_serving_config
 from pipeline.serving.errors import ServingError
+from pipeline.serving.features import payment_time_rules
 from pipeline.serving.service import build_service
 
 # A background thread (feed, reload, publisher) may hold the GIL this long before the request loop
@@ -33,7 +34,8 @@ def app_for_env(env: str | None, config: ServingConfig | None = None, with_kafka
     config = config or load_serving_config(env)
     ingest = load_ingest_config(env)
     service = build_service(config, load_registry_config(env), ingest.features,
-                            load_kafka_config(env) if with_kafka else None, ingest.raw.root())
+                            load_kafka_config(env) if with_kafka else None, ingest.raw.root(),
+                            time_rules=payment_time_rules(config.time_rules, ingest.raw))
     return create_app(service, config.server, config.admin)
 
 

@@ -38,7 +38,7 @@ from pipeline.registry.store import CHALLENGER, CHAMPION
 from pipeline.serving.config import ServingConfig
 from pipeline.serving.decision import Decision, decide
 from pipeline.serving.errors import NotReady
-from pipeline.serving.features import FeatureStore, payment_from_event, warmup_rows
+from pipeline.serving.features import FeatureStore, PaymentTimeRules, payment_from_event, warmup_rows
 from pipeline.serving.model_source import RegistryModelSource
 from pipeline.serving.periodic import Periodic
 from pipeline.serving.prometheus import Counter
@@ -252,18 +252,21 @@ class ScoringService:
 
 def build_service(config: ServingConfig, registry: RegistryConfig, features: FeatureParams,
                   kafka: KafkaConfig | None, raw_root: Path | None,
-                  clock: Callable[[], float] = time.monotonic) -> ScoringService:
+                  clock: Callable[[], float] = time.monotonic,
+                  time_rules: PaymentTimeRules | None = None) -> ScoringService:
     """A service for the configured registry; ``kafka=None`` runs it without the event feed and
-    the scores topic, ``raw_root=None`` without seeding (features start empty)."""
+    the scores topic, ``raw_root=None`` without seeding (features start empty). ``time_rules``
+    (ingest's timing bounds, :func:`.features.payment_time_rules`) refuse mistimed payments on
+    /score and skip them in the feed; None judges no time."""
     source = RegistryModelSource(registry)
     warmup = warmup_rows(features, config.model.warmup_rows)
     champion = ModelReloader(source, CHAMPION, config.model, warmup, config.decision)
     shadow = (ModelReloader(source, CHALLENGER, config.model, warmup, config.decision)
               if config.model.shadow else None)
-    store = FeatureStore(features, config.stream.expiry_margin_hours)
+    store = FeatureStore(features, config.stream.expiry_margin_hours, time_rules)
     feed = None
     if kafka is not None and (config.stream.consume or config.stream.seed_from_raw_store):
-        feed = EventFeed(store, kafka, config.stream, raw_root, clock)
+        feed = EventFeed(store, kafka, config.stream, raw_root, clock, time_rules)
     publisher = None
     if (kafka is not None and config.scores.publish) or shadow is not None:
         publisher = ScorePublisher(config.scores, kafka, config.decision,

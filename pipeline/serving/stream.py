@@ -6,8 +6,12 @@ partition (a request may name any card), and restarting re-seeds from the raw st
 Consumption resumes where the raw store's committed offsets end; without seeding (or for a
 partition the store never consumed) it starts at the earliest retained record.
 
-Each record is validated with the event contract; invalid ones are counted by reason and skipped
-(ingest quarantines them; here they only must not corrupt the features). A broken connection or
+Each record is validated with the event contract, then, with ``time_rules``, judged by ingest's
+timing rules as ingest judges it (:mod:`pipeline.ingest.timing`): ``future_event_time`` against the
+record's Kafka timestamp, ``late_event`` (payments only) against its partition's watermark, the
+latest accepted payment time the feed has read from that partition (a restart starts the watermark
+afresh: ingest's committed one is not carried over). Refused records are counted by reason and
+skipped (ingest quarantines them; here they only must not corrupt the features). A broken connection or
 a missing topic is reported on /health and retried; the thread never dies of it.
 
 A position can stop making sense (the topic was recreated, or retention deleted what the feed had
@@ -21,6 +25,7 @@ the skipped range); under ``"wait"`` it stays put until the partition reaches it
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -33,11 +38,11 @@ from typing import Any
 from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import OffsetOutOfRangeError
 
-from pipeline.contract import Kind, validate_event
+from pipeline.contract import TIME_FIELD_BY_KIND, Kind, Rejection, validate_event
 from pipeline.kafka.admin import end_offsets
 from pipeline.kafka.settings import KafkaConfig
 from pipeline.serving.config import StreamConfig
-from pipeline.serving.features import FeatureStore, micros, payment_from_event
+from pipeline.serving.features import FeatureStore, PaymentTimeRules, micros, payment_from_event
 from pipeline.serving.periodic import BackgroundThread
 from pipeline.serving.seed import SeedReport, seed_from_raw_store
 from pipeline.serving.stream_watch import OffsetGap, StreamWatch, WatchReport, describe_gap, partition_name
@@ -54,9 +59,14 @@ class EventFeed(BackgroundThread):
     ``clock`` (seconds, monotonic) times stalls (:class:`.stream_watch.StreamWatch`)."""
 
     def __init__(self, features: FeatureStore, kafka: KafkaConfig, config: StreamConfig,
-                 raw_root: Path | None, clock: Callable[[], float] = time.monotonic) -> None:
+                 raw_root: Path | None, clock: Callable[[], float] = time.monotonic,
+                 time_rules: PaymentTimeRules | None = None) -> None:
         super().__init__("event-feed")
         self.features = features
+        # Ingest's own references whatever /score is judged against: the record's timestamp, the partition.
+        self.time_rules = (None if time_rules is None else
+                           dataclasses.replace(time_rules, late_against="watermark", future_against="clock"))
+        self._watermarks: dict[tuple[str, int], int] = {}  # (topic, partition) -> latest accepted payment time
         self.kafka = kafka
         self.config = config
         self.raw_root = raw_root if config.seed_from_raw_store else None
@@ -124,7 +134,7 @@ class EventFeed(BackgroundThread):
                 for tp, records in self._poll(consumer).items():
                     kind = self._kinds[tp.topic]
                     for record in records:
-                        self._apply(record.value, kind, tp.topic)
+                        self._apply(record.value, kind, tp.topic, (tp.topic, tp.partition), record.timestamp)
                 self._positions = {tp: consumer.position(tp) for tp in assigned}
         finally:
             consumer.close()
@@ -204,16 +214,32 @@ class EventFeed(BackgroundThread):
             with self._resets_lock:
                 self._resets_wanted.update({TopicPartition(g.topic, g.partition): g for g in gaps})
 
-    def _apply(self, value: bytes | None, kind: Kind, topic: str) -> None:
+    def _apply(self, value: bytes | None, kind: Kind, topic: str, partition: tuple[str, int] = ("", 0),
+               timestamp_ms: int | None = None) -> None:
         event, rejection = validate_event(value if value is not None else b"", kind)
+        if rejection is None:
+            rejection = self._refused_by_time(event, kind, partition, timestamp_ms)
         if rejection is not None:
             self.rejected[rejection.reason.value] += 1
             return
         if kind is Kind.TRANSACTION:
-            self.features.observe_payment(payment_from_event(event))
+            payment = payment_from_event(event)
+            self.features.observe_payment(payment)
+            self._watermarks[partition] = max(self._watermarks.get(partition, payment.ts_us), payment.ts_us)
         else:
             self.features.observe_label(event["transaction_id"], event["is_fraud"], micros(event["reported_at"]))
         self.consumed[topic] += 1
+
+    def _refused_by_time(self, event: dict[str, Any], kind: Kind, partition: tuple[str, int],
+                         timestamp_ms: int | None) -> Rejection | None:
+        """Ingest's timing rejection of a valid record, or None (no rules: none)."""
+        if self.time_rules is None:
+            return None
+        # The record's Kafka timestamp; the time now where the record has none (ingest: the run's start).
+        now_us = timestamp_ms * 1000 if timestamp_ms is not None and timestamp_ms >= 0 else int(time.time() * 1e6)
+        if kind is Kind.TRANSACTION:
+            return self.time_rules.check(micros(event["event_time"]), self._watermarks.get(partition), now_us)
+        return self.time_rules.check_future(micros(event[TIME_FIELD_BY_KIND[kind]]), now_us, TIME_FIELD_BY_KIND[kind])
 
     def watch_report(self) -> WatchReport:
         """The watch's judgements that still hold for the live positions."""

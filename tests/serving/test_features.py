@@ -1,9 +1,21 @@
-"""The service's feature store: exact event times, scored payments join the history, stream-time expiry."""
+"""The service's feature store: exact event times, scored payments join the history, stream-time expiry,
+ingest's timing rules on scored payments."""
 
 from __future__ import annotations
 
+import pytest
+
 from pipeline.features import definitions as fd
-from pipeline.serving.features import FeatureStore, micros, payment_from_event, warmup_rows
+from pipeline.ingest.config import RawStoreConfig
+from pipeline.serving.config import TimeRulesConfig
+from pipeline.serving.errors import PaymentRefused
+from pipeline.serving.features import (
+    FeatureStore,
+    micros,
+    payment_from_event,
+    payment_time_rules,
+    warmup_rows,
+)
 from tests.serving import factory
 
 BASE = {"schema_version": 1, "merchant_id": "m-1", "currency": "EUR", "amount": 10, "country": "DE"}
@@ -81,3 +93,37 @@ def test_expiry_takes_the_lock_in_slices(monkeypatch):
     store.expire()
     assert store.status()["cards"] == 1 and store.expiries == 1
     assert set(calls) == {3} and len(calls) >= 20 // 3
+
+
+def test_time_rules_are_ingests_bounds_against_the_clock_and_the_watermark():
+    raw = RawStoreConfig(max_lateness_days=7.0, max_clock_skew_s=300.0)
+    now, day, skew = micros("2026-03-01T12:00:00Z"), 86_400_000_000, 300_000_000
+    by_watermark = payment_time_rules(TimeRulesConfig(), raw)
+    by_clock = payment_time_rules(TimeRulesConfig(late_against="clock"), raw)
+    never = payment_time_rules(TimeRulesConfig(late_against="off", future_against="off"), raw)
+
+    def reason(rules, ts, watermark=None):
+        rejection = rules.check(ts, watermark, now)
+        return None if rejection is None else rejection.reason.value
+
+    # Ingest's inequalities: more than the skew ahead, more than the lateness behind; the bounds pass.
+    assert [reason(by_watermark, t) for t in (now + skew, now + skew + 1)] == [None, "future_event_time"]
+    assert reason(by_watermark, now - 30 * day) is None  # no watermark yet: nothing is late
+    assert [reason(by_watermark, now - 8 * day - d, now - day) for d in (0, 1)] == [None, "late_event"]
+    assert [reason(by_clock, now - 7 * day - d) for d in (0, 1)] == [None, "late_event"]
+    assert reason(by_clock, now + skew + 1, now) == "future_event_time"  # future first, as ingest
+    assert reason(never, 1, now) is None and reason(never, now + 100 * day) is None
+
+
+def test_a_refused_batch_leaves_the_store_as_it_was():
+    now = micros("2026-03-01T12:00:00Z")
+    store = FeatureStore(factory.PARAMS, 24, payment_time_rules(TimeRulesConfig(), RawStoreConfig()),
+                         wall_clock=lambda: now / 1e6)
+    store.score_features(payment("a", "c1", "2026-03-01T10:00:00Z"))
+    before = store.status()
+    with pytest.raises(PaymentRefused) as refused:
+        store.score_features_many([payment("b", "c1", "2026-03-01T11:00:00Z"),
+                                   payment("c", "c1", "9999-12-31T00:00:00Z")])
+    assert (refused.value.index, refused.value.rejection.reason.value) == (1, "future_event_time")
+    assert store.status() == before
+    assert store.features(payment("d", "c1", "2026-03-01T11:30:00Z"))[fd.card_count(1)] == 1

@@ -22,7 +22,7 @@ from pipeline.kafka.producer import publish_records
 from pipeline.kafka.reader import read_topic
 from pipeline.registry.store import CHALLENGER
 from pipeline.serving.config import ScoresConfig, ServingConfig, StreamConfig
-from pipeline.serving.features import FeatureStore, payment_from_event
+from pipeline.serving.features import FeatureStore, PaymentTimeRules, payment_from_event
 from pipeline.serving.prometheus import render
 from pipeline.serving.score_event import ScoreEvent
 from pipeline.serving.stream import EventFeed
@@ -51,16 +51,24 @@ def test_the_feed_keeps_online_features_equal_to_the_offline_rows(kafka_config, 
     assert publish_records(kafka_config, kafka_config.transactions_topic, Kind.TRANSACTION, records(history)).ok
     assert publish_records(kafka_config, kafka_config.labels_topic, Kind.LABEL, records(window.labels)).ok
     produce(kafka_config, kafka_config.transactions_topic, [(b"k", b'{"schema_version": 1}', None), (b"k", b"{", None)])
+    # Valid records ingest would quarantine by time: they must not reach the features either.
+    payment, label = records(history)[0], records(window.labels)[0]
+    mistimed = [{**payment, "transaction_id": "tx-from-9999", "event_time": "9999-12-31T00:00:00Z"},
+                {**payment, "transaction_id": "tx-from-1970", "event_time": "1970-01-01T00:00:00Z"}]
+    produce(kafka_config, kafka_config.transactions_topic, [(b"k", event_bytes(e), None) for e in mistimed], partition=0)
+    produce(kafka_config, kafka_config.labels_topic,
+            [(b"k", event_bytes({**label, "reported_at": "9999-12-31T00:00:00Z"}), None)], partition=0)
     store = FeatureStore(factory.PARAMS, expiry_margin_hours=24)
-    feed = EventFeed(store, kafka_config, StreamConfig(seed_from_raw_store=False), raw_root=None)
+    feed = EventFeed(store, kafka_config, StreamConfig(seed_from_raw_store=False), raw_root=None,
+                     time_rules=PaymentTimeRules(max_lateness_days=7.0, max_clock_skew_s=300.0))
     feed.start()
     try:
         wait_for(lambda: sum(feed.consumed.values()) == len(history) + len(window.labels))
-        wait_for(lambda: sum(feed.rejected.values()) == 2)
+        wait_for(lambda: sum(feed.rejected.values()) == 5)
         online = {row["transaction_id"]: store.score_features(payment_from_event(row)) for row in records(scored)}
     finally:
         feed.stop()
-    assert feed.rejected == {"missing_field": 1, "malformed_json": 1}
+    assert feed.rejected == {"missing_field": 1, "malformed_json": 1, "future_event_time": 2, "late_event": 1}
     offline = build_feature_frame(window.transactions, window.labels, factory.PARAMS).set_index("transaction_id")
     assert offline.loc[list(online), "merchant_fraud_rate_30d"].gt(0).any()  # the labels mattered
     for tid, features in online.items():
