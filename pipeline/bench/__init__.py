@@ -24,6 +24,8 @@ BENCHMARKS: dict[str, str] = {
                "p50/p99/rps, p99 ratio, hot-swap errors",
     "baseline": "our model vs LightGBM on the same features and split, three portfolios: AUC, AP, card precision@100, "
                 "train time, validation vs test-week calibration (ECE, with and without the prior-shift correction)",
+    "features": "one night's incremental feature table update vs a full rebuild of the dev window, and the full "
+                "rebuild vs Spark's bare two-pass shuffle+sort floor (plus the online-state fields when measured)",
     "decisions": "review budget vs realised review rate, recall/precision at the budget vs LightGBM, review rate "
                  "change at a champion swap (operating points vs absolute thresholds), days to detect a stuck feature",
 }

@@ -21,7 +21,8 @@ week (the holdout every model is judged on):
   served, and beside it with each version's fixed validation thresholds and with serving.toml's
   absolute thresholds;
 * ``detected_after_days``: the champion served with one feature stuck at its training median (the
-  feature whose loss hurts validation recall most: the worst broken pipeline), judged day by day
+  feature whose loss hurts validation recall at the budget most: the worst broken pipeline once the
+  review threshold follows the scores), decided as served and judged day by day
   by the monitor's rule (:mod:`pipeline.monitoring.history`, conf/dev's monitoring.toml): the first
   test day reported ``degraded``; the healthy champion's days beside it (false alarms).
 """
@@ -102,15 +103,16 @@ def _served(frame: pd.DataFrame, scores: np.ndarray, points: OperatingPoints,
 
 
 def _stuck_feature(run: RunDir, validation: pd.DataFrame, train: pd.DataFrame, features: tuple[str, ...],
-                   points: OperatingPoints) -> tuple[str, float]:
-    """The numeric feature whose value stuck at its training median lowers validation recall most."""
+                   budget: DecisionBudget) -> tuple[str, float]:
+    """The numeric feature whose value stuck at its training median lowers validation recall at the
+    budget most: recall as served, where the review threshold follows the scores to the budget, so a
+    feature that only shifts every score is absorbed and one that spoils the ranking is not."""
     sample = validation.sample(min(len(validation), STUCK_CANDIDATE_ROWS), random_state=SEED)
     labels = sample["label"].to_numpy()
     recalls = {}
     for name in features:
         stuck = sample.assign(**{name: float(train[name].median())})
-        recalls[name] = split_figures(labels, score_frame(run, stuck), points.review_threshold,
-                                      points.block_threshold).recall
+        recalls[name] = recall_at_rate(labels, score_frame(run, stuck), budget.review_rate)
     worst = min(recalls, key=recalls.get)
     return worst, float(train[worst].median())
 
@@ -163,7 +165,7 @@ def run_portfolio(portfolio: BenchPortfolio, quick: bool, workdir: Path, budget:
 
     expected = ours_points.validation.recall
     stuck_name, stuck_value = _stuck_feature(run, splits["validation"], splits["train"],
-                                             tuple(manifest.numeric_features), ours_points)
+                                             tuple(manifest.numeric_features), budget)
     stuck_scores = score_frame(run, holdout.frame.assign(**{stuck_name: stuck_value}))
     frame = holdout.frame.assign(label=labels)
     tracking = decision.review_tracking

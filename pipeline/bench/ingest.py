@@ -112,7 +112,8 @@ def _simulation(quick: bool):
                                      num_merchants=2_000))
 
 
-def _config(raw_root: Path) -> IngestConfig:
+def bench_ingest_config(raw_root: Path) -> IngestConfig:
+    """The benchmarks' ingest settings: local[2], 4 shuffle partitions, a raw store at ``raw_root``."""
     base = IngestConfig()
     spark = SparkConfig(master="local[2]", shuffle_partitions=4, log_level="ERROR", driver_memory="3g")
     return dataclasses.replace(base, spark=spark, raw=dataclasses.replace(base.raw, path=str(raw_root)))
@@ -126,7 +127,7 @@ def _warm_up(spark, broker: EmbeddedBroker, tmp: Path, sim) -> float:
     records = sim.transaction_records()
     publish_records(kafka, kafka.transactions_topic, Kind.TRANSACTION, (next(records) for _ in range(2_000)))
     started = time.perf_counter()
-    run_raw_ingest(_config(tmp / "warmup-raw"), kafka, spark=spark, progress=quiet())
+    run_raw_ingest(bench_ingest_config(tmp / "warmup-raw"), kafka, spark=spark, progress=quiet())
     return time.perf_counter() - started
 
 
@@ -134,7 +135,7 @@ ROUNDS = 3
 
 
 def _ingest_once(spark, kafka: KafkaConfig, raw_root: Path) -> tuple[object, float]:
-    config = _config(raw_root)
+    config = bench_ingest_config(raw_root)
     started = time.perf_counter()
     report = run_raw_ingest(config, kafka, spark=spark, progress=quiet())
     return report, time.perf_counter() - started
@@ -179,7 +180,7 @@ def _resend_topic(broker: EmbeddedBroker, sim, tmp: Path, spark) -> tuple[KafkaC
         broker.create_topics(config.topics(), PARTITIONS)
         assert publish_records(config, config.transactions_topic, Kind.TRANSACTION, values).ok
     history_root = tmp / "resend-history"
-    run_raw_ingest(_config(history_root), kafka["history"], spark=spark, progress=quiet())
+    run_raw_ingest(bench_ingest_config(history_root), kafka["history"], spark=spark, progress=quiet())
     return kafka["stream"], history_root, len(resent)
 
 
@@ -204,7 +205,7 @@ def _with_resends(spark, broker: EmbeddedBroker, sim, tmp: Path, rounds: int) ->
 
 
 def _measure(broker: EmbeddedBroker, kafka: KafkaConfig, tmp: Path, sim, rounds: int) -> dict:
-    spark_config = _config(tmp / "raw").spark
+    spark_config = bench_ingest_config(tmp / "raw").spark
     started = time.perf_counter()
     spark = build_spark_session(spark_config)
     spark_start_s = time.perf_counter() - started
@@ -214,7 +215,7 @@ def _measure(broker: EmbeddedBroker, kafka: KafkaConfig, tmp: Path, sim, rounds:
             runs = _interleaved(spark, kafka, tmp, rounds)
         resends = _with_resends(spark, broker, sim, tmp, rounds)
         publish_records(kafka, kafka.labels_topic, Kind.LABEL, sim.label_records())
-        config = _config(tmp / "raw-0")
+        config = bench_ingest_config(tmp / "raw-0")
         run_raw_ingest(config, kafka, spark=spark, progress=quiet())
         features_rows, features_cold_s, features_s = _time_features(spark, RawStore(config.raw.root()), config)
     finally:

@@ -6,7 +6,8 @@ Two passes, each ``repartition(key) -> sortWithinPartitions(key, time) -> mapInA
    known; emits each payment with the merchant features added;
 2. card pass: each card's payments; emits the card, time and categorical features.
 
-Inside a task, Arrow batches are regrouped so that every kernel call sees complete keys
+The Arrow column coding is :mod:`pipeline.features.arrow_kernel`'s (shared with the incremental
+feature table, which runs the same kernel without Spark). Inside a task, Arrow batches are regrouped so that every kernel call sees complete keys
 (:func:`complete_key_tables`): memory is bounded by ``max(KERNEL_ROWS, one key's history)``, so a
 merchant with millions of payments is one large call, not a failure, and a partition of many small
 keys is cut into calls of about ``KERNEL_ROWS`` rows.
@@ -23,14 +24,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from pipeline.features import definitions as fd
-from pipeline.features.kernel import (
-    CardEvents,
-    KeyedTimes,
-    card_features,
-    categorical_codes,
-    merchant_features,
-    time_features,
-)
+from pipeline.features.arrow_kernel import arrow_categorical_codes, value_codes
+from pipeline.features.kernel import CardEvents, KeyedTimes, card_features, merchant_features, time_features
 
 TS_US = "_ts_us"
 IS_TX = "_is_tx"
@@ -89,26 +84,6 @@ def _key_codes(column: pa.ChunkedArray) -> np.ndarray:
     if len(values) > 1:
         change[1:] = pc.not_equal(values.slice(1), values.slice(0, len(values) - 1)).to_numpy(zero_copy_only=False)
     return np.cumsum(change)
-
-
-def value_codes(column: pa.ChunkedArray) -> np.ndarray:
-    """Non-negative integer codes of a categorical column, consistent within one call (null: its own code)."""
-    encoded = pc.dictionary_encode(column.combine_chunks())
-    return pc.fill_null(encoded.indices, len(encoded.dictionary)).to_numpy(zero_copy_only=False).astype(np.int64)
-
-
-def arrow_categorical_codes(table: pa.Table) -> dict[str, np.ndarray]:
-    """:func:`kernel.categorical_codes` of the table's raw categorical columns, hashing each distinct
-    value once (Arrow's dictionary encoding; the rows never become Python strings). Null: as ``""``."""
-    encoded = {raw: pc.dictionary_encode(table.column(raw).combine_chunks())
-               for raw in set(fd.CATEGORICAL_SOURCES.values())}
-    per_value = categorical_codes({raw: np.append(e.dictionary.to_numpy(zero_copy_only=False).astype(object), None)
-                                   for raw, e in encoded.items()})  # index len(dictionary): null
-    out = {}
-    for column, raw in fd.CATEGORICAL_SOURCES.items():
-        indices = pc.fill_null(encoded[raw].indices, len(encoded[raw].dictionary))
-        out[column] = per_value[column][indices.to_numpy(zero_copy_only=False)]
-    return out
 
 
 def _int64(table: pa.Table, name: str) -> np.ndarray:

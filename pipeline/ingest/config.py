@@ -94,6 +94,12 @@ class DatasetConfig:
     # at least one fraud to learn from; environments set real floors (conf/prod/ingest.toml).
     min_rows: SplitMinimums = field(default_factory=lambda: SplitMinimums(train=1, validation=1, test=1))
     min_frauds: SplitMinimums = field(default_factory=lambda: SplitMinimums(train=1, validation=0, test=0))
+    # Feature rows by event date, computed once and reused while their inputs are unchanged
+    # (pipeline.ingest.feature_update); "" -> <state>/features/<raw store directory name>.
+    feature_table: str = ""
+    # Consecutive dates computed in one pass of the numpy kernel: the pass holds block + 30 days of
+    # payments in the driver's memory, and reads the 30-day lookback once per block.
+    feature_block_days: int = 28
 
     def dataset_root(self) -> Path:
         return resolve_state_path(self.root) if self.root else state_dir() / "datasets" / self.name
@@ -141,6 +147,8 @@ def validate_ingest_config(config: IngestConfig, source: str = "ingest.toml") ->
     for key in ("train_days", "validation_days", "test_days"):
         if getattr(d, key) < 1:
             problems.append(f"dataset.{key} must be >= 1, got {getattr(d, key)}")
+    if d.feature_block_days < 1:
+        problems.append(f"dataset.feature_block_days must be >= 1, got {d.feature_block_days}")
     if d.label_maturity_days < 0:
         problems.append(f"dataset.label_maturity_days must be >= 0, got {d.label_maturity_days}")
     if d.gap_days < 0 or 0 < d.gap_days < d.label_maturity_days:

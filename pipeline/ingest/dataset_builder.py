@@ -1,5 +1,11 @@
 """Raw store -> features -> labels -> shards -> published manifest, for one :class:`DatasetPlan`.
 
+Features come from the feature table (:mod:`pipeline.datasets.feature_table`): the plan's dates
+are brought up to date first (:func:`~pipeline.ingest.feature_update.update_feature_table`: only
+new dates and dates whose inputs changed are computed), then read back and joined with the labels
+as of the plan's cutoffs. The shards are those of a full Spark rebuild
+(:func:`spark_window_features`), byte for byte, so the content hash is the same either way.
+
 Publication order (readers trust only manifests):
 0. a split whose dates hold fewer raw transactions than its ``min_rows`` refuses the build at once
    (:func:`~pipeline.ingest.dataset_plan.check_raw_rows`, from Parquet footers);
@@ -16,8 +22,8 @@ Publication order (readers trust only manifests):
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -25,6 +31,7 @@ from pyspark.sql import functions as F
 
 from pipeline.atomic import publish_dir
 from pipeline.contract import SCHEMA_VERSION, Kind
+from pipeline.datasets.feature_table import FeatureTable
 from pipeline.datasets.layout import data_dir, manifest_path, version_dir, version_relpath
 from pipeline.datasets.manifest import (
     LABEL_COLUMN,
@@ -40,6 +47,7 @@ from pipeline.features.params import FeatureParams
 from pipeline.features.transforms import build_features, first_fraud_reports, labels_as_of
 from pipeline.ingest.config import DatasetConfig
 from pipeline.ingest.dataset_plan import SPLITS, DatasetPlan, check_raw_rows, check_split_sizes, split_counts
+from pipeline.ingest.feature_update import FeatureUpdate, feature_table_root, plan_dates, update_feature_table
 from pipeline.ingest.raw_layout import RawStore
 from pipeline.ingest.raw_store import read_raw_table
 from pipeline.ingest.shards import SHARD_SCHEMA, write_empty_shards, write_shards
@@ -59,15 +67,29 @@ class DatasetSummary:
     frauds: int
     splits: dict[str, dict]  # split -> {start, end, shards, rows, frauds}
     reused: bool  # the same version was already published: nothing rewritten
+    features: dict = field(default_factory=dict)  # the feature table update: dates computed, dates reused
 
 
-def dataset_rows(spark: SparkSession, store: RawStore, plan: DatasetPlan, params: FeatureParams) -> DataFrame:
-    """Feature rows with their label for the plan's dates (lazy)."""
+def spark_window_features(spark: SparkSession, store: RawStore, plan: DatasetPlan, params: FeatureParams) -> DataFrame:
+    """Feature rows of the plan's dates computed by one Spark job over the window and its lookback
+    (lazy): the full rebuild the feature table is tested equal to, and the benchmark's peer."""
     tx = read_raw_table(spark, store, Kind.TRANSACTION, plan.feature_history_start(), plan.last_date)
     history = read_raw_table(spark, store, Kind.TRANSACTION, plan.label_match_start(params), plan.last_date)
     labels = read_raw_table(spark, store, Kind.LABEL, plan.label_history_start(params), plan.label_cutoff)
     features = build_features(tx, labels, params, history=history)
-    in_window = features.filter(F.col("event_date").between(F.lit(plan.first_date), F.lit(plan.last_date)))
+    return features.filter(F.col("event_date").between(F.lit(plan.first_date), F.lit(plan.last_date)))
+
+
+def table_window_features(spark: SparkSession, table: FeatureTable, plan: DatasetPlan) -> DataFrame:
+    """Feature rows of the plan's dates read from the feature table's partitions (each must exist:
+    :func:`~pipeline.ingest.feature_update.update_feature_table` first)."""
+    return spark.read.parquet(*(str(table.partition_file(day)) for day in plan_dates(plan)))
+
+
+def dataset_rows(spark: SparkSession, store: RawStore, plan: DatasetPlan, params: FeatureParams,
+                 in_window: DataFrame) -> DataFrame:
+    """The window's feature rows (``in_window``) with their label and first fraud report (lazy)."""
+    labels = read_raw_table(spark, store, Kind.LABEL, plan.label_history_start(params), plan.label_cutoff)
     # Train and validation rows take labels as known at the train cutoff (the gap's end), the rest
     # (gap and test) as known at the label cutoff; reported_at is the first fraud report by then.
     known_in_training = labels_as_of(labels, plan.label_cutoff_time_of("train")).withColumnRenamed("label", "_train")
@@ -98,11 +120,6 @@ def schema_description(plan: DatasetPlan, config: DatasetConfig, params: Feature
     }
 
 
-def _days(plan: DatasetPlan) -> list[str]:
-    n = (plan.last_date - plan.first_date).days + 1
-    return [(plan.first_date + timedelta(days=i)).isoformat() for i in range(n)]
-
-
 def _place_version(build_dir: Path, final_dir: Path, shards: list[ShardInfo]) -> bool:
     """Move the build into place; True when an identical version was already there (a damaged
     earlier attempt is replaced: nothing published references it intact)."""
@@ -124,13 +141,17 @@ def build_dataset(spark: SparkSession, store: RawStore, plan: DatasetPlan, confi
     build_dir = data_dir(root) / f".build-{run_id}"
     until = data_until(store)  # the store is locked: the same before and after the build
     check_raw_rows(plan, store.committed_rows_by_date(Kind.TRANSACTION, plan.first_date, plan.last_date), config, until)
-    written = write_shards(dataset_rows(spark, store, plan, params), build_dir, config.num_shards_per_date)
+    table = FeatureTable(feature_table_root(config.feature_table, store))
+    update = update_feature_table(store, table, plan, params, config.feature_block_days)
+    rows = dataset_rows(spark, store, plan, params, table_window_features(spark, table, plan))
+    written = write_shards(rows, build_dir, config.num_shards_per_date)
     try:
         check_split_sizes(plan, split_counts(plan.splits, written), config, until)
     except Exception:
         shutil.rmtree(build_dir, ignore_errors=True)
         raise
-    shards = written + write_empty_shards(build_dir, _days(plan), config.num_shards_per_date, written)
+    days = [d.isoformat() for d in plan_dates(plan)]
+    shards = written + write_empty_shards(build_dir, days, config.num_shards_per_date, written)
     schema = schema_description(plan, config, params)
     digest = content_hash(shards, schema)
     version = f"{plan.label_cutoff.isoformat()}-{digest[:12]}"
@@ -141,7 +162,7 @@ def build_dataset(spark: SparkSession, store: RawStore, plan: DatasetPlan, confi
         manifest = load_manifest(root, version)  # keep the first publication (its created_at, offsets)
     else:
         manifest = _manifest(config, plan, version, digest, shards, store, schema)
-    return _summary(config, root, manifest, publish_manifest(root, manifest), reused)
+    return _summary(config, root, manifest, publish_manifest(root, manifest), reused, update)
 
 
 def _manifest(config: DatasetConfig, plan: DatasetPlan, version: str, digest: str, shards: list[ShardInfo],
@@ -159,7 +180,8 @@ def _manifest(config: DatasetConfig, plan: DatasetPlan, version: str, digest: st
     )
 
 
-def _summary(config: DatasetConfig, root: Path, manifest: DatasetManifest, path: Path, reused: bool) -> DatasetSummary:
+def _summary(config: DatasetConfig, root: Path, manifest: DatasetManifest, path: Path, reused: bool,
+             update: FeatureUpdate) -> DatasetSummary:
     counts = split_counts(manifest.splits, manifest.shards)
     splits = {name: {"start": manifest.splits[name].start, "end": manifest.splits[name].end,
                      "shards": len(manifest.shards_for(name)), "rows": counts[name].rows,
@@ -169,7 +191,7 @@ def _summary(config: DatasetConfig, root: Path, manifest: DatasetManifest, path:
         name=config.name, root=str(root), version=manifest.version, manifest_path=str(path),
         content_hash=manifest.content_hash, label_cutoff=manifest.label_cutoff,
         rows=sum(s.rows for s in manifest.shards), frauds=sum(s.frauds for s in manifest.shards),
-        splits=splits, reused=reused)
+        splits=splits, reused=reused, features=update.to_dict())
 
 
 def data_until(store: RawStore) -> date | None:

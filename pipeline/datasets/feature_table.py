@@ -1,0 +1,85 @@
+"""The feature table: point-in-time feature rows partitioned by event date, each date computed once
+and reused by every later build whose inputs for that date are unchanged.
+
+Layout under the table root (``<state>/features/<raw store name>`` by default, see
+:func:`pipeline.ingest.feature_update.feature_table_root`)::
+
+    date=YYYY-MM-DD/features.parquet    # the date's rows (arrow_kernel.ROW_SCHEMA), no labels
+    date=YYYY-MM-DD/fingerprint.json    # {"fingerprint": <sha256 of the date's inputs>, "rows": n, ...}
+    .build-<date>-<pid>/                # a partition being written (a killed build leaves only this)
+
+A partition is a directory published whole (:func:`pipeline.atomic.publish_dir`): a reader sees the
+previous partition or the complete new one, never a Parquet file without its fingerprint or the
+reverse. Its fingerprint names its inputs (which raw files and fraud reports it was computed from,
+see :mod:`pipeline.ingest.feature_update`); a build trusts a partition only when the fingerprint it
+computes for the date equals the stored one. Labels are not stored here: they depend on each
+dataset's cutoff and are joined when a dataset is assembled.
+
+Pyarrow only: the benchmark and tests read partitions without Spark.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from datetime import date
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.atomic import publish_dir
+
+PARTITION_FILE = "features.parquet"
+FINGERPRINT_FILE = "fingerprint.json"
+_BUILD_PREFIX = ".build-"
+_OLD_PREFIX = ".old-"  # publish_dir's swap-out name of a partition being replaced
+
+
+class FeatureTable:
+    """One feature table directory (see the module doc)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def partition_dir(self, day: date) -> Path:
+        return self.root / f"date={day.isoformat()}"
+
+    def partition_file(self, day: date) -> Path:
+        return self.partition_dir(day) / PARTITION_FILE
+
+    def fingerprint(self, day: date) -> str | None:
+        """The published partition's fingerprint; None when the date has no complete partition."""
+        path = self.partition_dir(day) / FINGERPRINT_FILE
+        try:
+            return json.loads(path.read_text())["fingerprint"]
+        except (FileNotFoundError, ValueError, KeyError):
+            return None
+
+    def publish(self, day: date, rows: pa.Table, fingerprint: str, inputs: dict) -> Path:
+        """Write ``rows`` as ``day``'s partition with its fingerprint; replaces an older partition
+        in one rename. ``inputs``: a readable summary of what the fingerprint covers (counts)."""
+        staging = self.root / f"{_BUILD_PREFIX}{day.isoformat()}-{os.getpid()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        pq.write_table(rows, staging / PARTITION_FILE, compression="zstd")
+        record = {"fingerprint": fingerprint, "date": day.isoformat(), "rows": rows.num_rows, "inputs": inputs}
+        (staging / FINGERPRINT_FILE).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+        publish_dir(staging, self.partition_dir(day))  # flushes both files before the rename
+        return self.partition_dir(day)
+
+    def discard_leftovers(self) -> list[Path]:
+        """Delete what killed builds left: staging directories, and swapped-out old partitions (a
+        kill between publish_dir's two renames leaves the date without a partition: it is simply
+        computed again). Call while holding the raw store's lock, as every writer does."""
+        if not self.root.is_dir():
+            return []
+        leftovers = [p for p in self.root.iterdir() if p.name.startswith((_BUILD_PREFIX, _OLD_PREFIX))]
+        for path in leftovers:
+            shutil.rmtree(path, ignore_errors=True)
+        return leftovers
+
+    def read(self, days: list[date]) -> pa.Table:
+        """The rows of ``days`` (each must have a partition), concatenated in date order."""
+        return pa.concat_tables([pq.read_table(self.partition_file(d)) for d in sorted(days)])

@@ -1,0 +1,130 @@
+"""What a feature date is computed from, read from the raw store with pyarrow (no Spark job).
+
+* the committed transaction files of each date (immutable once committed: a relative path names
+  its content), and the payments of a date range;
+* the fraud reports a dataset's features can use (:class:`FraudReports`): per reported transaction
+  its first fraud report among the reports the plan reads, when it becomes usable (+ label delay),
+  and where its payment lies in the raw store (the identity index's partition date and run
+  ordinal), so a date's inputs are known without joining the payments.
+
+The reports follow the Spark build's reading rule exactly (:func:`pipeline.ingest.dataset_builder.spark_window_features`):
+reports of ``[label_history_start, label_cutoff]`` by report date, payments of
+``[label_match_start, last_date]``, a payment at most ``label_match_days`` before its report.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from pipeline.contract import Kind
+from pipeline.features.arrow_kernel import epoch_us
+from pipeline.features.kernel import US_PER_DAY
+from pipeline.features.params import FeatureParams
+from pipeline.ingest.dataset_plan import DatasetPlan
+from pipeline.ingest.id_index import EPOCH
+from pipeline.ingest.identity import transaction_id_hashes
+from pipeline.ingest.index_build import build_missing_index
+from pipeline.ingest.raw_layout import RawStore, raw_arrow_schema
+
+NOWHERE = -1  # location of a report whose payment the plan cannot see
+
+
+def partition_date(path: Path) -> date:
+    """The date of a raw file ``<table>/<date column>=<day>/run_id=<run>/<file>``."""
+    return date.fromisoformat(path.parent.parent.name.split("=", 1)[1])
+
+
+def committed_files_by_date(store: RawStore, kind: Kind) -> dict[date, list[Path]]:
+    """Committed raw files of ``kind`` per partition date (a directory listing)."""
+    by_date: dict[date, list[Path]] = defaultdict(list)
+    for path in store.committed_files(kind):
+        by_date[partition_date(path)].append(path)
+    return dict(by_date)
+
+
+def read_files(files: list[Path], kind: Kind, columns: list[str] | tuple[str, ...]) -> pa.Table:
+    """``columns`` of the raw ``files`` of ``kind``, concatenated (typed even when there are none)."""
+    schema = raw_arrow_schema(kind)
+    tables = [pq.read_table(f, columns=list(columns)) for f in files]
+    return pa.concat_tables(tables) if tables else pa.schema([schema.field(c) for c in columns]).empty_table()
+
+
+def files_between(files_by_date: dict[date, list[Path]], start: date, end: date) -> list[Path]:
+    """The files of the dates in ``[start, end]``, in date order."""
+    return [f for day in sorted(files_by_date) if start <= day <= end for f in files_by_date[day]]
+
+
+@dataclass(frozen=True)
+class FraudReports:
+    """First fraud report per reported transaction, sorted by ``known_us`` then ``id_hash``.
+
+    ``known_us``: report time + label delay (when merchant features may count it);
+    ``day``/``run``: the payment's raw partition date (days since 1970) and run ordinal, or
+    :data:`NOWHERE` when the plan's payments do not hold it (the Spark join would drop it).
+    """
+
+    transaction_id: pa.Array
+    id_hash: np.ndarray  # uint64
+    reported_us: np.ndarray
+    known_us: np.ndarray
+    day: np.ndarray
+    run: np.ndarray
+
+    def between(self, start_us: int, end_us: int) -> np.ndarray:
+        """Indices of the located reports usable in ``[start_us, end_us)``."""
+        lo, hi = np.searchsorted(self.known_us, [start_us, end_us], side="left")
+        idx = np.arange(lo, hi)
+        return idx[self.day[idx] != NOWHERE]
+
+
+def _first_fraud_reports(store: RawStore, plan: DatasetPlan, params: FeatureParams) -> tuple[pa.Array, np.ndarray]:
+    """``(transaction ids, first report us)`` over the fraud reports the plan reads."""
+    files = files_between(committed_files_by_date(store, Kind.LABEL), plan.label_history_start(params), plan.label_cutoff)
+    labels = read_files(files, Kind.LABEL, ["transaction_id", "is_fraud", "reported_at"])
+    frauds = labels.filter(pc.fill_null(labels.column("is_fraud"), False))
+    first = (pa.table({"transaction_id": frauds.column("transaction_id"), "us": epoch_us(frauds.column("reported_at"))})
+             .group_by("transaction_id").aggregate([("us", "min")]))
+    return first.column("transaction_id").combine_chunks(), first.column("us_min").to_numpy().astype(np.int64)
+
+
+def fraud_reports(store: RawStore, plan: DatasetPlan, params: FeatureParams) -> FraudReports:
+    """The plan's :class:`FraudReports`. Builds the identity index first if the store predates it
+    (call with the raw store's lock held, as every dataset build does)."""
+    ids, reported = _first_fraud_reports(store, plan, params)
+    build_missing_index(store)
+    hashes = transaction_id_hashes(ids)
+    found = store.id_index(Kind.TRANSACTION).lookup(hashes)
+    first_day, last_day = ((d - EPOCH).days for d in (plan.label_match_start(params), plan.last_date))
+    visible = found.found & (found.days >= first_day) & (found.days <= last_day)
+    day = np.where(visible, found.days, NOWHERE).astype(np.int64)
+    run = np.where(visible, found.runs, NOWHERE).astype(np.int64)
+    known = reported + params.label_delay_us
+    order = np.lexsort((hashes, known))
+    return FraudReports(ids.take(pa.array(order)), hashes[order], reported[order], known[order], day[order], run[order])
+
+
+def fraud_known(reports: FraudReports, picked: np.ndarray, payments: pa.Table, params: FeatureParams) -> pa.Table:
+    """``merchant_id, ts_us``: when the frauds of reports ``picked`` became usable, for those whose
+    payment is in ``payments`` (``transaction_id, merchant_id, event_time``) and happened at most
+    ``label_match_days`` before the report (the twin of ``transforms.fraud_known_events``)."""
+    asked = pa.table({"transaction_id": reports.transaction_id.take(pa.array(picked, pa.int64())),
+                      "reported_us": pa.array(reports.reported_us[picked], pa.int64())})
+    # The reports are few against the payments: keep the payments they name before joining (a hash
+    # set probe per payment), which is several times cheaper than joining every payment.
+    named = payments.filter(pc.is_in(payments.column("transaction_id"), value_set=asked.column("transaction_id")))
+    matched = asked.join(named.select(["transaction_id", "merchant_id", "event_time"]), "transaction_id",
+                         join_type="inner")
+    tx_us = epoch_us(matched.column("event_time"))
+    reported = matched.column("reported_us").to_numpy().astype(np.int64)
+    keep = tx_us >= reported - params.label_match_days * US_PER_DAY
+    return pa.table({"merchant_id": matched.column("merchant_id").filter(pa.array(keep)),
+                     "ts_us": pa.array(reported[keep] + params.label_delay_us, pa.int64())})
+
