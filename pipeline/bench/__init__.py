@@ -22,6 +22,8 @@ BENCHMARKS: dict[str, str] = {
     "compression": "dense vs top-k (with/without error feedback) at density 0.01/0.001: bytes/step, AUC, AP",
     "scoring": "our scoring service (online features) vs mlflow models serve on the same champion, 8 concurrent: "
                "p50/p99/rps, p99 ratio, hot-swap errors",
+    "partitions": "two scoring partitions behind fraudctl route vs one fraudctl serve, same payments, 8 concurrent: "
+                  "rps ratio, p50/p99, errors",
     "baseline": "our model vs LightGBM on the same features and split, three portfolios: AUC, AP, card precision@100, "
                 "train time, validation vs test-week calibration (ECE, with and without the prior-shift correction)",
     "features": "one night's incremental feature table update vs a full rebuild of the dev window, and the full "

@@ -24,7 +24,7 @@ from pipeline.cli.monitor import monitor
 from pipeline.cli.nightly import nightly
 from pipeline.cli.produce import produce
 from pipeline.cli.registry import registry_commands
-from pipeline.cli.serve import consistency, serve
+from pipeline.cli.serve import consistency, route, serve
 from pipeline.cli.simulate import simulate_command
 from pipeline.cli.train import train
 from pipeline.config import DEFAULT_ENV, ENV_VAR_CONF_ENV
@@ -55,6 +55,7 @@ cli.add_command(simulate_command)
 cli.add_command(produce)
 cli.add_command(train)
 cli.add_command(serve)
+cli.add_command(route)
 cli.add_command(consistency)
 for command in registry_commands:
     cli.add_command(command)

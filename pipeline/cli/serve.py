@@ -1,4 +1,5 @@
-"""``fraudctl serve`` (the scoring service) and ``fraudctl consistency`` (online vs offline features).
+"""``fraudctl serve`` (the scoring service, whole or one partition of a tier), ``fraudctl route`` (the
+tier's front) and ``fraudctl consistency`` (online vs offline features).
 
 Thin: parse options, load ``conf/<env>/``, call :mod:`pipeline.serving`. FastAPI, torch, MLflow and
 Spark are imported when a command runs, never at import time (``fraudctl --help`` stays fast).
@@ -34,20 +35,57 @@ def keep_spark_out() -> None:
 @click.option("--kafka/--no-kafka", "with_kafka", default=True, show_default=True,
               help="Follow the transactions and labels topics and publish to the scores topic "
                    "(--no-kafka: features from scored payments only, no scores topic).")
+@click.option("--partition", "partition", default=None, metavar="I/N",
+              help="Serve as partition I of N: own the cards the transactions topic's murmur2 partitioner puts on "
+                   "its partitions p with p % N == I (421 for the others); merchants from the whole topic "
+                   "(default: [partition] of serving.toml, 0/1: every card).")
 @click.pass_context
-def serve(ctx: click.Context, host: str | None, port: int | None, with_kafka: bool) -> None:
+def serve(ctx: click.Context, host: str | None, port: int | None, with_kafka: bool, partition: str | None) -> None:
     """Score payments over HTTP with the registry's champion (hot-reloaded when the alias moves).
 
     POST /score, POST /score/batch, GET /health, /ready, /metrics, admin endpoints (token:
     $FRAUD_SERVING_ADMIN_TOKEN); OpenAPI docs at /docs. Runs until SIGINT/SIGTERM. Exit code 1
-    when the configuration is invalid or the server cannot start (e.g. the port is taken).
+    when the configuration is invalid or the server cannot start (e.g. the port is taken, or
+    --partition cannot read the transactions topic).
     """
     keep_spark_out()
+    from pipeline.kafka.admin import KafkaUnavailable
     from pipeline.serving.errors import ServingError
+    from pipeline.serving.partitioning import parse_partition
     from pipeline.serving.server import run
 
     try:
-        run(cli_context(ctx).env, host, port, with_kafka)
+        run(cli_context(ctx).env, host, port, with_kafka, parse_partition(partition) if partition else None)
+    except (ConfigError, ServingError, KafkaUnavailable) as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+
+
+@click.command()
+@click.option("--partitions", required=True, metavar="HOST:PORT,...",
+              help="The scoring partitions in index order: the one started with --partition 0/N first.")
+@click.option("--host", default=None, help="Listen address (default: server.host of serving.toml; loopback).")
+@click.option("--port", type=click.IntRange(0, 65535), default=None,
+              help="Listen port (default: server.port of serving.toml).")
+@click.pass_context
+def route(ctx: click.Context, partitions: str, host: str | None, port: int | None) -> None:
+    """Front a partitioned scoring tier: each POST /score goes to the partition owning its card
+    (X-Card-Id header, else the body's card_id, by the topic's murmur2), /score/batch is split by
+    owner and put back in order; GET /health and /ready cover every partition.
+
+    Checks at start that the partitions say they are 0..N-1 of N over one topic. Runs until
+    SIGINT/SIGTERM. Exit code 1 when a partition is missing or misconfigured, or the port is taken.
+    """
+    from pipeline.serving.config import load_serving_config
+    from pipeline.serving.errors import ServingError
+    from pipeline.serving.router import run_router
+
+    addresses = [a.strip() for a in partitions.split(",") if a.strip()]
+    if len(addresses) < 2 or any(not a.rpartition(":")[2].isdigit() for a in addresses):
+        raise click.BadParameter("expected at least two HOST:PORT, comma-separated", param_hint="--partitions")
+    try:
+        server = load_serving_config(cli_context(ctx).env).server
+        run_router(addresses, host or server.host, server.port if port is None else port, server.max_body_bytes,
+                   server.max_batch_bytes, server.limit_concurrency)
     except (ConfigError, ServingError) as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
 

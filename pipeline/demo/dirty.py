@@ -14,7 +14,7 @@ from confluent_kafka import Producer
 
 from pipeline.contract import RejectReason
 from pipeline.kafka.admin import KafkaUnavailable
-from pipeline.kafka.producer import dumps_event
+from pipeline.kafka.producer import PARTITIONER, dumps_event
 from pipeline.kafka.settings import KafkaConfig
 
 
@@ -67,7 +67,8 @@ def publish_raw(kafka: KafkaConfig, topic: str, messages: list[tuple[bytes, byte
         else:
             errors.append(str(err))
 
-    producer = Producer({**kafka.confluent(), "acks": "all", "enable.idempotence": True})
+    producer = Producer({**kafka.confluent(), "acks": "all", "enable.idempotence": True,
+                         "partitioner": PARTITIONER})  # cards land where the scoring tier routes them
     for key, value in messages:
         producer.produce(topic, key=key, value=value, on_delivery=delivered)
     producer.flush(4 * kafka.request_timeout_s)

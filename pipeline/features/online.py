@@ -244,11 +244,23 @@ class OnlineFeatureState:
         self._expiring_orphan_reports = _ExpiryIndex()  # reports of payments not (yet) seen, by report time
 
     # -- what the stream feeds -------------------------------------------------------------------
-    def observe_payment(self, p: Payment) -> None:
-        """Add a payment to its card's and merchant's windows (idempotent per transaction_id)."""
+    def observe_payment(self, p: Payment, with_card: bool = True) -> None:
+        """Add a payment to its card's and merchant's windows (idempotent per transaction_id).
+        ``with_card=False``: its merchant's only (a scoring partition holds other partitions' cards
+        nowhere, their payments still count for the merchants they share)."""
         if p.transaction_id in self._payments:
             return
         self._payments[p.transaction_id] = (p.merchant_id, p.ts_us)
+        self._merchant(p.merchant_id).payments.insert(p.ts_us)
+        self._expiring_payments.add(p.ts_us, p.transaction_id)
+        self._expiring_merchants.add(p.ts_us, p.merchant_id)
+        if with_card:
+            self._observe_card(p)
+        reported = self._first_fraud_report.get(p.transaction_id)
+        if reported is not None:  # the report arrived before its payment
+            self._add_fraud_instant(p.transaction_id, reported, None)
+
+    def _observe_card(self, p: Payment) -> None:
         # Interned: a card's rows and its counters share one string per merchant and country.
         row = (cents_of(p.amount), sys.intern(p.merchant_id), None if p.country is None else sys.intern(p.country))
         card = self._cards.get(p.card_id)
@@ -256,13 +268,7 @@ class OnlineFeatureState:
             card = self._cards[p.card_id] = _card_log()
         card.insert(p.ts_us, row)
         self._card_events += 1
-        self._merchant(p.merchant_id).payments.insert(p.ts_us)
-        self._expiring_payments.add(p.ts_us, p.transaction_id)
         self._expiring_cards.add(p.ts_us, p.card_id)
-        self._expiring_merchants.add(p.ts_us, p.merchant_id)
-        reported = self._first_fraud_report.get(p.transaction_id)
-        if reported is not None:  # the report arrived before its payment
-            self._add_fraud_instant(p.transaction_id, reported, None)
 
     def observe_label(self, transaction_id: str, is_fraud: bool, reported_us: int) -> None:
         """A fraud report (``is_fraud``) makes its merchant's fraud instant ``reported + delay``;

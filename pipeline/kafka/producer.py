@@ -4,7 +4,8 @@ Guarantees of :func:`publish_records`: every record is either acknowledged by th
 counted as failed with its error (never silently dropped); the call returns only after every
 delivery report has arrived or the delivery timeout has passed (then the rest count as failed).
 The producer is idempotent (no duplicates from internal retries); the embedded Tansu broker
-supports this (tests/kafka/test_producer.py publishes with it on).
+supports this (tests/kafka/test_producer.py publishes with it on). Keys are placed by murmur2, as
+the Java client places them (:data:`PARTITIONER`; tests/kafka/test_partitioner.py).
 """
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ LINGER_MS = 20  # wait this long to fill a batch: throughput over a few ms of la
 BATCH_BYTES = 1_000_000  # per-partition batch cap (the broker's default max message size is ~1 MB)
 QUEUE_MESSAGES = 200_000  # local buffer; produce() waits for deliveries when it is full
 MAX_ERRORS_KEPT = 20  # distinct error messages kept in the report (counts are always complete)
+# The Java client's default partitioner (murmur2 of the key), not librdkafka's consistent_random (CRC32):
+# a payment switch on the Java client and our producers then put a card on the same partition, the one
+# pipeline.serving.partitioning computes for the scoring tier.
+PARTITIONER = "murmur2_random"
 
 
 @dataclass
@@ -56,6 +61,7 @@ def producer_settings(kafka: KafkaConfig, delivery_timeout_s: float) -> dict[str
     return {
         **kafka.confluent(),
         "acks": "all",  # a record counts as sent only once every in-sync replica has it
+        "partitioner": PARTITIONER,
         "enable.idempotence": True,  # broker de-duplicates internal retries; keeps per-partition order
         "linger.ms": LINGER_MS,
         "batch.size": BATCH_BYTES,

@@ -12,5 +12,9 @@ scores topic, :mod:`.score_event`); flagged and blocked counts -> :mod:`.rates`.
 :mod:`.rate_check`). /metrics: :mod:`.telemetry`
 on :mod:`.prometheus` (the text format). Failures: :mod:`.errors`.
 Wiring: :func:`.service.build_service`; running: :mod:`.server`. Offline check: :mod:`.consistency`.
+Scale-out: ``--partition I/N`` owns the cards :mod:`.partitioning` (Kafka's murmur2) assigns it
+(421 for the others); :mod:`.router` (``fraudctl route``) sends each payment to its owner. The
+docs pages' assets are served here (:mod:`.routes_docs`); the review threshold follows the budget on
+live scores (:mod:`pipeline.decisions.review_tracking`).
 Config: :mod:`.config` (``conf/<env>/serving.toml``). Operator guide: docs/scoring.md.
 """

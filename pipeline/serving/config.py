@@ -4,7 +4,8 @@ The HTTP layer gets :class:`ServerConfig`, the model reloader :class:`ModelConfi
 policy and the choice of thresholds :class:`DecisionConfig`, the realised rates and their health
 check :class:`AlertsConfig`, the rule book :class:`RulesConfig`, the online-feature feed
 :class:`StreamConfig`, the timing rules on scored payments :class:`TimeRulesConfig`, the score
-publisher :class:`ScoresConfig`, the admin endpoints :class:`AdminConfig`. Where the model comes
+publisher :class:`ScoresConfig`, the admin endpoints :class:`AdminConfig`, the process's share of a
+partitioned tier :class:`PartitionConfig`. Where the model comes
 from (registry URI, model name), which Kafka cluster and topics, the label delay of the features,
 the timing bounds and where the raw store lives are *not* repeated here: they come from
 ``registry.toml``, ``kafka.toml`` and ``ingest.toml`` (one definition each).
@@ -176,6 +177,25 @@ class AdminConfig:
 
 
 @dataclass(frozen=True)
+class PartitionConfig:
+    """This process's share of a partitioned scoring tier (:mod:`pipeline.serving.partitioning`):
+    service partition ``index`` of ``count`` owns the cards the transactions topic's murmur2
+    partitioner puts on its partitions ``p % count == index``. ``fraudctl serve --partition I/N``
+    sets index and count; ``count = 1`` (the default) owns every card."""
+
+    index: int = 0
+    count: int = 1
+    # host:port of each service partition, by index: named in the 421 answer to a misdirected request.
+    addresses: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.index < self.count:
+            raise ConfigError(f"partition.index must be in 0..count-1, got {self.index} of {self.count}")
+        if self.addresses and len(self.addresses) != self.count:
+            raise ConfigError(f"partition.addresses names {len(self.addresses)} partitions, count is {self.count}")
+
+
+@dataclass(frozen=True)
 class ServingConfig:
     server: ServerConfig = field(default_factory=ServerConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -186,6 +206,7 @@ class ServingConfig:
     time_rules: TimeRulesConfig = field(default_factory=TimeRulesConfig)
     scores: ScoresConfig = field(default_factory=ScoresConfig)
     admin: AdminConfig = field(default_factory=AdminConfig)
+    partition: PartitionConfig = field(default_factory=PartitionConfig)
 
 
 def validate_serving_config(config: ServingConfig, source: str = "serving.toml") -> ServingConfig:

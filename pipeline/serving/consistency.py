@@ -6,6 +6,10 @@ features rebuilt from the raw store by :func:`pipeline.features.frame.build_feat
 kernel the Spark job uses), over all the history those rows can read. A transaction matches when
 every feature agrees within ``tolerance`` (relative and absolute). The share is
 ``matched / scored``: a scored payment missing from the raw store counts against it.
+``merchant_mismatch_share`` is the share of compared rows whose merchant features (counts and fraud
+rates, :data:`MERCHANT_FEATURES`) differ: in a partitioned tier each partition learns other
+partitions' payments of a shared merchant from the transactions topic, so this is what a topic
+lagging behind the requests costs there (card features have one writer and cannot lag that way).
 
 Differences mean the online state missed something the raw store holds when the payment was
 scored: history not seeded, a topic lagging behind the requests, payments arriving later than the
@@ -35,6 +39,8 @@ from pipeline.serving.score_event import ScoreEvent
 from pipeline.serving.seed import LABEL_COLUMNS, PAYMENT_COLUMNS, read_raw, seed_history_days
 
 TOLERANCE = 1e-9
+MERCHANT_FEATURES = frozenset((*(fd.merchant_count(d) for d in fd.MERCHANT_WINDOWS_DAYS),
+                               *(fd.merchant_fraud_rate(d) for d in fd.MERCHANT_WINDOWS_DAYS)))
 MAX_EXAMPLES = 10
 
 
@@ -45,6 +51,7 @@ class ConsistencyReport:
     compared: int  # of those, found in the raw store
     matched: int  # every feature within tolerance
     tolerance: float
+    merchant_mismatched: int = 0  # compared rows whose merchant features differ
     mismatched_features: dict[str, int] = field(default_factory=dict)  # feature -> transactions differing
     examples: list[dict[str, Any]] = field(default_factory=list)  # first differences seen
 
@@ -56,10 +63,15 @@ class ConsistencyReport:
     def share(self) -> float:
         return self.matched / self.scored if self.scored else float("nan")
 
+    @property
+    def merchant_mismatch_share(self) -> float:
+        return self.merchant_mismatched / self.compared if self.compared else float("nan")
+
     def to_dict(self) -> dict[str, Any]:
         return {"date": self.date, "scored": self.scored, "compared": self.compared,
                 "missing_offline": self.missing_offline, "matched": self.matched, "share": self.share,
-                "tolerance": self.tolerance, "mismatched_features": self.mismatched_features,
+                "merchant_mismatched": self.merchant_mismatched,
+                "merchant_mismatch_share": self.merchant_mismatch_share, "tolerance": self.tolerance, "mismatched_features": self.mismatched_features,
                 "examples": self.examples}
 
 
@@ -81,7 +93,7 @@ def compare(online: dict[str, dict[str, float | int]], offline: dict[str, dict[s
     """Pure: how many online feature rows equal their offline row (matched by transaction id)."""
     mismatched: Counter[str] = Counter()
     examples: list[dict[str, Any]] = []
-    compared = matched = 0
+    compared = matched = merchant_mismatched = 0
     for tid, served in online.items():
         rebuilt = offline.get(tid)
         if rebuilt is None:
@@ -91,11 +103,13 @@ def compare(online: dict[str, dict[str, float | int]], offline: dict[str, dict[s
             float(served[name]), float(rebuilt[name]), rel_tol=tolerance, abs_tol=tolerance)]
         mismatched.update(differing)
         matched += not differing
+        merchant_mismatched += any(name in MERCHANT_FEATURES for name in differing)
         for name in differing:
             if len(examples) < MAX_EXAMPLES:
                 examples.append({"transaction_id": tid, "feature": name, "online": served[name],
                                  "offline": float(rebuilt[name])})
-    return ConsistencyReport(day.isoformat(), len(online), compared, matched, tolerance, dict(mismatched), examples)
+    return ConsistencyReport(day.isoformat(), len(online), compared, matched, tolerance, merchant_mismatched,
+                             dict(mismatched), examples)
 
 
 def offline_features(raw_root: Path, params: FeatureParams, day: date) -> dict[str, dict[str, Any]]:

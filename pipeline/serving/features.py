@@ -12,6 +12,10 @@ Scored payments are remembered first, then their features computed together: a p
 end strictly before its own instant, so each one sees exactly the batch's earlier payments, as if
 the batch had been scored one by one in event-time order.
 
+A service partition (:class:`.partitioning.Ownership`) keeps card windows for its own cards only;
+every payment, whichever card, still joins its merchant's windows and the payment index fraud
+reports are matched against, so merchant features are those of the whole stream.
+
 Expiry runs against the latest event time seen, less a margin, so that payments arriving that late
 still find every earlier payment their windows read. It takes the lock for slices of at most
 ``EXPIRE_SLICE`` keys, so a request never waits for more than one slice.
@@ -38,6 +42,7 @@ from pipeline.features.params import FeatureParams
 from pipeline.ingest.config import RawStoreConfig
 from pipeline.serving.config import FutureReference, LateReference, TimeRulesConfig
 from pipeline.serving.errors import PaymentRefused
+from pipeline.serving.partitioning import Ownership, unpartitioned
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 US = timedelta(microseconds=1)
@@ -116,12 +121,14 @@ def payment_time_rules(config: TimeRulesConfig, raw: RawStoreConfig) -> PaymentT
 
 class FeatureStore:
     """Thread-safe online features with stream-time expiry. ``time_rules`` (None: none) judge
-    scored payments against ``wall_clock`` (epoch seconds) and the latest event time seen."""
+    scored payments against ``wall_clock`` (epoch seconds) and the latest event time seen.
+    ``ownership`` (None: every card) says which cards' windows this store keeps."""
 
     def __init__(self, params: FeatureParams, expiry_margin_hours: float, time_rules: PaymentTimeRules | None = None,
-                 wall_clock: Callable[[], float] = time.time) -> None:
+                 wall_clock: Callable[[], float] = time.time, ownership: Ownership | None = None) -> None:
         self.params = params
         self.time_rules = time_rules
+        self.ownership = ownership or unpartitioned()
         self._wall_clock = wall_clock
         self._state = OnlineFeatureState(params)
         self._lock = threading.Lock()
@@ -167,7 +174,7 @@ class FeatureStore:
             self._observe(payment)
 
     def _observe(self, payment: Payment) -> None:
-        self._state.observe_payment(payment)
+        self._state.observe_payment(payment, with_card=self.ownership.owns(payment.card_id))
         self.payments_seen += 1
         if self._latest_us is None or payment.ts_us > self._latest_us:
             self._latest_us = payment.ts_us

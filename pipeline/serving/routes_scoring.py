@@ -4,7 +4,8 @@
 documents it in the OpenAPI spec and, if a request ever reaches it, answers through the same
 ``answer`` function (same limits, validation and bodies). ``POST /score/batch`` scores a whole
 batch with one model version, off the event loop; a payment ingest's timing rules refuse
-(:class:`.errors.PaymentRefused`) refuses the batch, with its index, before any of it is scored.
+(:class:`.errors.PaymentRefused`), or of a card another service partition owns
+(:class:`.partitioning.Misdirected`, 421), refuses the batch, with its index, before any of it is scored.
 """
 
 from __future__ import annotations
@@ -27,7 +28,12 @@ from pipeline.serving.http_bodies import (
     refusal,
     transaction_schema,
 )
+from pipeline.serving.partitioning import Misdirected
 from pipeline.serving.service import ScoringService
+
+# A partitioned service (fraudctl serve --partition I/N) refuses cards it does not own.
+RESPONSES = {**ERRORS, 421: {"description": "misdirected: another scoring partition owns the card "
+                                            "(owner.partition, owner.address); nothing was scored"}}
 
 # Status and JSON body of the answer to one POST /score (ScoreRoute.answer).
 ScoreAnswer = Callable[[Scope, Receive], Awaitable[tuple[int, bytes]]]
@@ -38,14 +44,14 @@ def scoring_router(service: ScoringService, server: ServerConfig, answer: ScoreA
     answers them) and NotReady (503)."""
     router = APIRouter()
 
-    @router.post("/score", responses=ERRORS, openapi_extra={"requestBody": {
+    @router.post("/score", responses=RESPONSES, openapi_extra={"requestBody": {
         "required": True, "content": {JSON: {"schema": transaction_schema()}}}})
     async def score(request: Request) -> Response:
         """Score one transaction: score, decision (allow/review/block), model_version, reasons."""
         status, body = await answer(request.scope, request.receive)  # served by ScoreRoute first
         return Response(body, status_code=status, media_type=JSON)
 
-    @router.post("/score/batch", responses=ERRORS, openapi_extra={"requestBody": {"required": True, "content": {
+    @router.post("/score/batch", responses=RESPONSES, openapi_extra={"requestBody": {"required": True, "content": {
         JSON: {"schema": {"type": "object", "required": [BATCH_FIELD],
                           "properties": {BATCH_FIELD: {"type": "array", "items": transaction_schema()}}}}}}})
     async def score_batch(request: Request) -> Response:
@@ -56,6 +62,8 @@ def scoring_router(service: ScoringService, server: ServerConfig, answer: ScoreA
             results = await run_in_threadpool(service.score_batch, events)
         except PaymentRefused as exc:  # nothing of the batch was scored: name the item, as decode_batch does
             raise refusal(exc.rejection, exc.index) from None
+        except Misdirected as exc:
+            raise exc.in_batch() from None
         return json_response({"results": [r.to_dict() for r in results]})
 
     return router

@@ -40,6 +40,7 @@ from pipeline.serving.decision import Decision, decide
 from pipeline.serving.errors import NotReady
 from pipeline.serving.features import FeatureStore, PaymentTimeRules, payment_from_event, warmup_rows
 from pipeline.serving.model_source import RegistryModelSource
+from pipeline.serving.partitioning import Ownership
 from pipeline.serving.periodic import Periodic
 from pipeline.serving.prometheus import Counter
 from pipeline.serving.publisher import ScorePublisher
@@ -169,8 +170,10 @@ class ScoringService:
         """Decide many events with one model version, one feature-store pass and one forward; results
         in the request's order. Each payment's features see the batch's payments of earlier event
         times (a card's earlier payment in the batch is history for its later one), as if they had
-        been scored one by one in event-time order. Raises NotReady when no model is live."""
+        been scored one by one in event-time order. Raises NotReady when no model is live, and
+        :class:`.partitioning.Misdirected` (nothing scored) for a card another service partition owns."""
         live = self.live_model()
+        self.parts.features.ownership.check([e["card_id"] for e in events])  # Misdirected (421) before anything
         payments = [payment_from_event(e) for e in events]
         rows = self.parts.features.score_features_many(payments)
         rules = self.parts.rules.rules  # one rule set for the batch, like one model
@@ -239,7 +242,7 @@ class ScoringService:
                 "shadow": p.shadow.status() if p.shadow else None, "decision": self._decision_status(),
                 "rates": {f"{w}s": c.to_dict() for w, c in self.rates.windows(self.config.alerts.rate_windows_s).items()},
                 "review_rate_check": check.to_dict(), "rules": vars(p.rules.status()),
-                "features": p.features.status(), "stream": stream,
+                "features": p.features.status(), "stream": stream, "partition": p.features.ownership.status(),
                 "scores": p.publisher.status() if p.publisher else None}
 
     def _decision_status(self) -> dict[str, Any]:
@@ -253,17 +256,18 @@ class ScoringService:
 def build_service(config: ServingConfig, registry: RegistryConfig, features: FeatureParams,
                   kafka: KafkaConfig | None, raw_root: Path | None,
                   clock: Callable[[], float] = time.monotonic,
-                  time_rules: PaymentTimeRules | None = None) -> ScoringService:
+                  time_rules: PaymentTimeRules | None = None, ownership: Ownership | None = None) -> ScoringService:
     """A service for the configured registry; ``kafka=None`` runs it without the event feed and
     the scores topic, ``raw_root=None`` without seeding (features start empty). ``time_rules``
     (ingest's timing bounds, :func:`.features.payment_time_rules`) refuse mistimed payments on
-    /score and skip them in the feed; None judges no time."""
+    /score and skip them in the feed; None judges no time. ``ownership``: the service partition
+    this process is (None: it owns every card); its feed still follows every topic partition."""
     source = RegistryModelSource(registry)
     warmup = warmup_rows(features, config.model.warmup_rows)
     champion = ModelReloader(source, CHAMPION, config.model, warmup, config.decision)
     shadow = (ModelReloader(source, CHALLENGER, config.model, warmup, config.decision)
               if config.model.shadow else None)
-    store = FeatureStore(features, config.stream.expiry_margin_hours, time_rules)
+    store = FeatureStore(features, config.stream.expiry_margin_hours, time_rules, ownership=ownership)
     feed = None
     if kafka is not None and (config.stream.consume or config.stream.seed_from_raw_store):
         feed = EventFeed(store, kafka, config.stream, raw_root, clock, time_rules)

@@ -17,7 +17,7 @@ from pipeline.config import PROJECT_ROOT
 
 SPARK_FREE = ["pipeline.ingest.raw_layout", "pipeline.features.params", "pipeline.features.online",
               "pipeline.features.frame", "pipeline.serving.seed", "pipeline.serving.features",
-              "pipeline.serving.consistency"]
+              "pipeline.serving.consistency", "pipeline.serving.partitioning", "pipeline.serving.router"]
 
 
 @pytest.mark.parametrize("module", SPARK_FREE)
