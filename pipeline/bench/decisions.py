@@ -23,8 +23,10 @@ week (the holdout every model is judged on):
 * ``detected_after_days``: the champion served with one feature stuck at its training median (the
   feature whose loss hurts validation recall at the budget most: the worst broken pipeline once the
   review threshold follows the scores), decided as served and judged day by day
-  by the monitor's rule (:mod:`pipeline.monitoring.history`, conf/dev's monitoring.toml): the first
-  test day reported ``degraded``; the healthy champion's days beside it (false alarms).
+  by the monitor's rules (:mod:`pipeline.monitoring.history`, conf/dev's monitoring.toml: recall at
+  the operating points against the expectation, and served features against a training sample,
+  ``feature_psi_broken``): the first test day reported ``degraded``; the healthy champion's days
+  beside it (false alarms).
 """
 
 from __future__ import annotations
@@ -52,7 +54,14 @@ from pipeline.decisions.operating_points import (
 from pipeline.decisions.review_tracking import ReviewThresholdTracker, ReviewTrackingConfig
 from pipeline.metrics import precision_at_rate, recall_at_rate
 from pipeline.monitoring.config import MonitoringConfig, load_monitoring_config
-from pipeline.monitoring.history import MonitoredDay, days_below_in_a_row, judge_day, version_state
+from pipeline.monitoring.drift import feature_psi
+from pipeline.monitoring.history import (
+    MonitoredDay,
+    broken_features,
+    days_below_in_a_row,
+    judge_day,
+    version_state,
+)
 from pipeline.paths import state_dir
 from pipeline.serving.config import DecisionConfig, load_serving_config
 from pipeline.training.config import load_train_config
@@ -117,10 +126,10 @@ def _stuck_feature(run: RunDir, validation: pd.DataFrame, train: pd.DataFrame, f
     return worst, float(train[worst].median())
 
 
-def _monitored_days(frame: pd.DataFrame, flagged: np.ndarray, expected: float,
-                    config: MonitoringConfig) -> list[dict[str, Any]]:
+def _monitored_days(frame: pd.DataFrame, flagged: np.ndarray, expected: float, config: MonitoringConfig,
+                    training: dict[str, np.ndarray], categorical: set[str]) -> list[dict[str, Any]]:
     """The monitor's judgement of each test day, in order (its per-version history as it accumulates),
-    of the payments as they were flagged when served."""
+    of the payments as they were flagged when served, their served features against ``training``."""
     days = pd.to_datetime(frame["event_time"], utc=True).dt.date.to_numpy()
     labels = frame["label"].to_numpy().astype(bool)
     history: list[MonitoredDay] = []
@@ -129,11 +138,15 @@ def _monitored_days(frame: pd.DataFrame, flagged: np.ndarray, expected: float,
         rows = days == day
         frauds = int(labels[rows].sum())
         recall = float((flagged[rows] & labels[rows]).sum() / frauds) if frauds else None
-        entry = judge_day(day, frauds, recall, expected, config)
+        drift = feature_psi(training, {n: frame.loc[rows, n].to_numpy(np.float64) for n in training}, categorical,
+                            config.feature_bins)
+        entry = judge_day(day, frauds, recall, expected, config, broken_features(drift, config))
         history.append(entry)
         state = version_state(entry, days_below_in_a_row(history, day), config)
+        top = max(drift, key=drift.get)
         out.append({"date": day.isoformat(), "frauds": frauds, "recall": recall, "recall_upper": entry.recall_upper,
-                    "review_rate": float(flagged[rows].mean()), "state": state})
+                    "review_rate": float(flagged[rows].mean()), "broken_features": list(entry.broken_features),
+                    "feature_psi_max": [top, drift[top]], "state": state})
     return out
 
 
@@ -169,9 +182,15 @@ def run_portfolio(portfolio: BenchPortfolio, quick: bool, workdir: Path, budget:
     stuck_scores = score_frame(run, holdout.frame.assign(**{stuck_name: stuck_value}))
     frame = holdout.frame.assign(label=labels)
     tracking = decision.review_tracking
-    healthy_days = _monitored_days(frame, _served_flags(frame, ours, ours_points, tracking)[0], expected, monitoring)
-    degraded_days = _monitored_days(frame, _served_flags(frame, stuck_scores, ours_points, tracking)[0], expected,
-                                    monitoring)
+    sample = splits["train"].sample(min(len(splits["train"]), monitoring.feature_sample_rows), random_state=SEED)
+    columns = [*manifest.numeric_features, *manifest.categorical_features]
+    training = {n: sample[n].to_numpy(np.float64) for n in columns}
+    categorical = set(manifest.categorical_features)
+    healthy_days = _monitored_days(frame, _served_flags(frame, ours, ours_points, tracking)[0], expected, monitoring,
+                                   training, categorical)
+    degraded_days = _monitored_days(frame.assign(**{stuck_name: stuck_value}),
+                                    _served_flags(frame, stuck_scores, ours_points, tracking)[0], expected,
+                                    monitoring, training, categorical)
     first_matured = next((i + 1 for i, d in enumerate(degraded_days) if d["state"] != "insufficient_evidence"), None)
     return {
         "name": portfolio.name, "source": portfolio.source, "rows": int(len(holdout.frame)),
@@ -193,7 +212,7 @@ def run_portfolio(portfolio: BenchPortfolio, quick: bool, workdir: Path, budget:
         "degradation": {"kind": f"feature {stuck_name} stuck at its training median {stuck_value:.6g} in serving "
                                 "(decided as served: the review threshold tracked on the stuck scores)",
                         "expected_recall": expected, "recall_margin": monitoring.recall_margin,
-                        "confidence": monitoring.confidence,
+                        "confidence": monitoring.confidence, "feature_psi_broken": monitoring.feature_psi_broken,
                         "degraded_after_days": monitoring.degraded_after_days, "min_frauds": monitoring.min_frauds,
                         "days": degraded_days, "healthy_days": healthy_days},
         "detected_after_days": _first_degraded(degraded_days),

@@ -1,7 +1,10 @@
 """Which monitored days each model version fell short on, and the ``degraded`` rule over them.
 
 A version is ``degraded`` on day ``D`` when its realised recall at the operating points was below
-``expected - recall_margin`` on ``degraded_after_days`` judged days in a row, ending with ``D``. With
+``expected - recall_margin`` on ``degraded_after_days`` judged days in a row, ending with ``D``; or
+at once when a served feature's PSI against the training split exceeds ``feature_psi_broken`` that
+day (:func:`broken_features`): a broken input (a feature stuck at a constant, a unit changed) is
+certain from the features alone, while the recall it costs can hide in a day's noise. With
 ``confidence`` > 0 a day is below only when the recall's one-sided upper bound at that confidence
 (:func:`pipeline.metrics.wilson_upper_bound` over the day's matured frauds) is below the floor: a day
 of 30 frauds varies by about 0.09 in recall from chance alone, and a point comparison reads that as
@@ -54,10 +57,18 @@ class MonitoredDay:
     judged: bool  # enough frauds and an expectation
     below: bool  # judged and recall_upper < floor
     recall_upper: float | None = None  # what is compared with the floor: the recall's upper bound (or itself)
+    broken_features: tuple[str, ...] = ()  # served features past feature_psi_broken that day
+
+
+def broken_features(feature_psi: dict[str, float], config: MonitoringConfig) -> tuple[str, ...]:
+    """The served features whose PSI against the training split says broken input (sorted by name)."""
+    if config.feature_psi_broken <= 0:
+        return ()
+    return tuple(sorted(n for n, v in feature_psi.items() if math.isfinite(v) and v > config.feature_psi_broken))
 
 
 def judge_day(day: date, frauds: int, recall: float | None, expected: float | None,
-              config: MonitoringConfig) -> MonitoredDay:
+              config: MonitoringConfig, broken: tuple[str, ...] = ()) -> MonitoredDay:
     floor = None if expected is None else expected - config.recall_margin
     judged = frauds >= config.min_frauds and floor is not None and recall is not None and math.isfinite(recall)
     upper = None
@@ -65,7 +76,7 @@ def judge_day(day: date, frauds: int, recall: float | None, expected: float | No
         upper = (wilson_upper_bound(round(recall * frauds), frauds, config.confidence) if config.confidence > 0
                  else recall)
     return MonitoredDay(day.isoformat(), frauds, recall, expected, floor, judged,
-                        judged and upper < floor, upper)  # type: ignore[operator]
+                        judged and upper < floor, upper, tuple(broken))  # type: ignore[operator]
 
 
 def days_below_in_a_row(history: list[MonitoredDay], day: date) -> int:
@@ -81,6 +92,8 @@ def days_below_in_a_row(history: list[MonitoredDay], day: date) -> int:
 
 
 def version_state(entry: MonitoredDay, streak: int, config: MonitoringConfig) -> VersionState:
+    if entry.broken_features:
+        return "degraded"
     if entry.frauds < config.min_frauds:
         return "insufficient_evidence"
     if not entry.judged:
@@ -102,7 +115,8 @@ class HistoryStore:
         if not path.is_file():
             return []
         try:
-            return [MonitoredDay(**d) for d in json.loads(path.read_text())["days"]]
+            return [MonitoredDay(**{**d, "broken_features": tuple(d.get("broken_features", ()))})
+                    for d in json.loads(path.read_text())["days"]]
         except (ValueError, KeyError, TypeError) as exc:
             raise MonitoringStateError(f"{path} is not a monitoring history ({type(exc).__name__}: {exc}); move it away "
                              "to start the version's history afresh") from exc

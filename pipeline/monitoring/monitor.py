@@ -40,6 +40,7 @@ from pipeline.monitoring.config import MonitoringConfig
 from pipeline.monitoring.figures import VersionReference, version_figures
 from pipeline.monitoring.history import (
     HistoryStore,
+    broken_features,
     days_below_in_a_row,
     judge_day,
     monitor_lock,
@@ -173,11 +174,27 @@ def _judge_versions(client: MlflowClient, day: date, decisions: DayDecisions, la
         reference = sources.version_reference(client, model_name, version, config.feature_sample_rows)
         figures = version_figures([decisions.payments[i] for i in rows], labels[rows], reference, config)
         at = figures.at_operating_points
-        entry = judge_day(day, at.frauds, None if math.isnan(at.recall) else at.recall, reference.expected_recall, config)
+        entry = judge_day(day, at.frauds, None if math.isnan(at.recall) else at.recall, reference.expected_recall, config,
+                          broken_features(figures.feature_psi, config))
         streak = days_below_in_a_row(history.record(model_name, version, entry), day)
         judged.append((VersionReport(figures, entry, version_state(entry, streak, config), streak, reference.run_id,
                                      reference.expected_recall_source, reference.training_sample), reference))
     return judged
+
+
+def why_degraded(v: VersionReport) -> str:
+    """The degraded rule's evidence for version report ``v``: broken inputs, a recall below its floor."""
+    d, reasons = v.day, []
+    if d.broken_features:
+        reasons.append("served features far from the training split (PSI past feature_psi_broken: a broken "
+                       f"input): {', '.join(d.broken_features)}")
+    if d.below and d.recall is not None and d.recall_floor is not None and d.expected_recall is not None:
+        upper = d.recall_upper
+        bound = f" (upper confidence bound {upper:.3f})" if upper is not None and upper != d.recall else ""
+        reasons.append(f"realised recall at the operating points {d.recall:.3f}{bound} below the floor "
+                       f"{d.recall_floor:.3f} (expected {d.expected_recall:.3f} from {v.expected_recall_source}) on "
+                       f"{v.days_below_in_a_row} judged monitored days in a row")
+    return "; ".join(reasons)
 
 
 def _auto_rollback(client: MlflowClient, day: date, versions: tuple[VersionReport, ...],
@@ -202,11 +219,7 @@ def _auto_rollback(client: MlflowClient, day: date, versions: tuple[VersionRepor
             outcomes.append(RollbackOutcome(v.version, False, f"v{v.version} is not champion (champion: "
                                             f"{f'v{champion}' if champion else 'none'}): nothing to roll back"))
             continue
-        upper = v.day.recall_upper
-        bound = f" (upper confidence bound {upper:.3f})" if upper is not None and upper != v.day.recall else ""
-        reason = (f"{marker}: realised recall at the operating points {v.day.recall:.3f}{bound} below the floor "
-                  f"{v.day.recall_floor:.3f} (expected {v.day.expected_recall:.3f} from {v.expected_recall_source}) on "
-                  f"{v.days_below_in_a_row} judged monitored days in a row; see {report_path(day)}")
+        reason = f"{marker}: {why_degraded(v)}; see {report_path(day)}"
         try:
             record = rollback(registry, None, ROLLBACK_ACTOR, reason)
         except (NoChampion, ModelLoadError) as exc:
