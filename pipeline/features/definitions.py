@@ -63,6 +63,9 @@ CARD_AMOUNT_ZSCORE_30D = "card_amount_zscore_30d"
 CARD_MERCHANT_TX_COUNT_30D = "card_merchant_tx_count_30d"
 CARD_COUNTRY_TX_COUNT_30D = "card_country_tx_count_30d"
 TIME_FEATURES = ("hour", "weekday", "is_night", "is_weekend")  # UTC; weekday 0 = Monday
+# The same for every payment of a UTC day: a day's distribution of them is one value, whatever the
+# model or its inputs, so a day compared with training on them always looks broken.
+DAY_CONSTANT_FEATURES = ("weekday", "is_weekend")
 
 NUMERIC_FEATURES: tuple[str, ...] = (
     "amount",

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from pipeline.features import definitions as fd
+
 EPS = 1e-4  # share floor: a bin 1% of one side and empty on the other adds ~0.05, not infinity
 MAX_CATEGORIES = 50
 
@@ -68,9 +70,11 @@ def categorical_psi(reference, current, max_categories: int = MAX_CATEGORIES, ep
 
 def feature_psi(reference: dict[str, np.ndarray], current: dict[str, np.ndarray], categorical: set[str],
                 bins: int = 10) -> dict[str, float]:
-    """PSI per feature present on both sides (``categorical`` names the code features)."""
+    """PSI per feature present on both sides (``categorical`` names the code features), but those
+    constant within a UTC day (:data:`~pipeline.features.definitions.DAY_CONSTANT_FEATURES`): the
+    monitor compares one day's payments, on which a weekday is a single value by construction."""
     out = {}
-    for name in sorted(set(reference) & set(current)):
+    for name in sorted((set(reference) & set(current)) - set(fd.DAY_CONSTANT_FEATURES)):
         if name in categorical:
             out[name] = categorical_psi(reference[name], current[name])
         else:

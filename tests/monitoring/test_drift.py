@@ -47,3 +47,12 @@ def test_feature_psi_takes_the_features_both_sides_have():
                       {"amount": rng.normal(size=200), "mcc_code": rng.integers(1, 5, 200).astype(float), "new": [1.0]},
                       categorical={"mcc_code"})
     assert set(out) == {"amount", "mcc_code"} and all(v < 0.2 for v in out.values())
+
+
+def test_features_constant_within_a_day_are_not_compared_on_one_day():
+    rng = np.random.default_rng(4)
+    training = {"weekday": rng.integers(0, 7, 5000).astype(float), "is_weekend": rng.integers(0, 2, 5000).astype(float),
+                "hour": rng.integers(0, 24, 5000).astype(float)}
+    one_day = {"weekday": np.full(800, 2.0), "is_weekend": np.zeros(800), "hour": rng.integers(0, 24, 800).astype(float)}
+    psi = feature_psi(training, one_day, set())
+    assert set(psi) == {"hour"} and psi["hour"] < 0.1  # a Wednesday's weekday alone would score ~2
