@@ -21,7 +21,10 @@ BENCHMARKS: dict[str, str] = {
     "train": "DDP samples/s with 1 vs 2 processes (1 thread each): scaling efficiency vs the >=0.9 goal",
     "compression": "dense vs top-k (with/without error feedback) at density 0.01/0.001: bytes/step, AUC, AP",
     "scoring": "our scoring service (online features) vs mlflow models serve on the same champion, 8 concurrent: "
-               "p50/p99/rps, p99 ratio, hot-swap errors",
+               "p50/p99/rps, p99 ratio, hot-swap errors; a lone request vs the in-process scoring path; open-loop "
+               "p50/p99/p99.9 at 100/300/1000 req/s; the highest rate with p99 < 20 ms, ours vs mlflow serve's",
+    "soak": "fraudctl serve for 10 minutes at 300 req/s open loop, a model swap and a rules refresh half-way: errors, "
+            "RSS growth, p99 drift (first vs last minute)",
     "partitions": "two scoring partitions behind fraudctl route vs one fraudctl serve, same payments, 8 concurrent: "
                   "rps ratio, p50/p99, errors",
     "baseline": "our model vs LightGBM on the same features and split, three portfolios: AUC, AP, card precision@100, "

@@ -27,7 +27,7 @@ from pipeline.serving.config import PartitionConfig, ServerConfig, ServingConfig
 from pipeline.serving.errors import ServingError
 from pipeline.serving.features import payment_time_rules
 from pipeline.serving.partitioning import Ownership
-from pipeline.serving.service import build_service
+from pipeline.serving.service import ScoringService, build_service
 
 # A background thread (feed, reload, publisher) may hold the GIL this long before the request loop
 # gets it back; CPython's default of 5 ms alone would use up the whole p99 budget.
@@ -38,12 +38,18 @@ def app_for_env(env: str | None, config: ServingConfig | None = None, with_kafka
     """The app for ``conf/<env>/`` (``config`` replaces serving.toml; ``with_kafka=False``: no feed,
     no scores topic)."""
     config = config or load_serving_config(env)
+    return create_app(service_for_env(env, config, with_kafka), config.server, config.admin)
+
+
+def service_for_env(env: str | None, config: ServingConfig | None = None, with_kafka: bool = True) -> ScoringService:
+    """The service the app for ``conf/<env>/`` serves, not started (the scoring bench also scores
+    with it directly, without HTTP)."""
+    config = config or load_serving_config(env)
     ingest = load_ingest_config(env)
     kafka = load_kafka_config(env) if with_kafka else None
-    service = build_service(config, load_registry_config(env), ingest.features, kafka, ingest.raw.root(),
-                            time_rules=payment_time_rules(config.time_rules, ingest.raw),
-                            ownership=ownership_of(config.partition, kafka))
-    return create_app(service, config.server, config.admin)
+    return build_service(config, load_registry_config(env), ingest.features, kafka, ingest.raw.root(),
+                         time_rules=payment_time_rules(config.time_rules, ingest.raw),
+                         ownership=ownership_of(config.partition, kafka))
 
 
 def ownership_of(partition: PartitionConfig, kafka: KafkaConfig | None) -> Ownership | None:

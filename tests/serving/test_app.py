@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from dataclasses import replace
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 
@@ -36,6 +38,26 @@ def test_scores_are_the_champions_probability_of_point_in_time_features(http, wi
     top = answers[-1]["reasons"]["top_features"]
     assert len(top) == 3 and all(t["feature"] in offline.columns for t in top)
     assert [abs(t["contribution"]) for t in top] == sorted((abs(t["contribution"]) for t in top), reverse=True)
+
+
+def test_a_lone_request_is_scored_on_the_event_loop_and_concurrent_ones_together(http, window, models):
+    rows = first_rows(window, 9)
+    one_at_a_time = [http.post("/score", json=row).json() for row in rows[:3]]
+
+    async def at_once() -> list[dict]:  # six requests in one turn of the app's own event loop
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=http.app), base_url="http://app") as client:
+            return [r.json() for r in await asyncio.gather(*(client.post("/score", json=row) for row in rows[3:]))]
+
+    together = http.portal.call(at_once)
+    lines = http.get("/metrics").text.splitlines()
+    assert {"fraud_scoring_batches_total 4", "fraud_scoring_batched_requests_total 9",
+            "fraud_scoring_inline_batches_total 3"} <= set(lines)  # three alone, then one batch of six
+    offline = build_feature_frame(window.transactions.head(9), window.labels.head(0), factory.PARAMS)
+    numeric, categorical = frame_to_tensors(offline, models.good.config)
+    expected = models.good.predict_proba(numeric, categorical).tolist()
+    answers = one_at_a_time + together
+    assert [a["transaction_id"] for a in answers] == offline["transaction_id"].tolist()
+    assert [a["score"] for a in answers] == pytest.approx(expected, rel=1e-5, abs=1e-7)
 
 
 def test_thresholds_decide_and_are_reported(serving_config, make_service, window, champion):

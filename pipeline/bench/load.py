@@ -1,0 +1,245 @@
+"""Load clients of the serving benchmarks: keep-alive HTTP/1.1 POSTs, sequential or open-loop.
+
+* :func:`sequential`: one request at a time on one keep-alive connection, over a blocking socket
+  (the client's own cost stays a few tens of microseconds): the latency of a lone request.
+* :func:`open_loop`: requests sent at a fixed arrival rate whatever the answers do, each on a free
+  connection (a new one when all are busy), latency measured from the request's *scheduled* send
+  time, so a stalled server is charged for every request that waited behind the stall (no
+  coordinated omission). A thread keeps the schedule (``time.sleep`` is precise to ~0.1 ms here; the
+  event loop's timers round up to whole milliseconds) and hands each request to the event loop;
+  ``late_p99_ms`` is how late the client itself sent them.
+* :func:`highest_rate_under`: the highest arrival rate whose p99 stays under a bound (a ladder of
+  rates, then bisection between the last that held and the first that did not).
+
+:class:`Connection` is the minimal asyncio client the closed-loop runs use too: httpx's AsyncClient
+spends ~0.8 ms of CPU per request here, and on a 2-core machine shared with the servers the client
+itself became the bottleneck (a do-nothing FastAPI endpoint: 1.2k requests/s through httpx, 9.5k
+through this).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+IDLE_REUSE_S = 2.0  # a connection idle longer is closed, not reused: uvicorn closes idle ones at 5 s
+GIVE_UP_BEHIND_S = 2.0  # an open-loop run stops once this many seconds of requests are in flight
+SWITCH_INTERVAL_S = 0.0005  # the scheduler thread must get the GIL from the client's loop promptly
+
+
+class Connection:
+    """One keep-alive HTTP/1.1 connection that POSTs JSON and reads the whole response."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+        self.last_used = time.monotonic()
+
+    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        try:
+            self.writer.write(request_bytes(self.host, path, body))
+            head = (await self.reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+            status = int(head[0].split(" ", 2)[1])
+            headers = dict(line.lower().split(": ", 1) for line in head[1:] if ": " in line)
+            if "content-length" in headers:
+                return status, await self.reader.readexactly(int(headers["content-length"]))
+            chunks = []  # chunked transfer encoding
+            while size := int((await self.reader.readuntil(b"\r\n")).strip(), 16):
+                chunks.append(await self.reader.readexactly(size + 2))
+            await self.reader.readuntil(b"\r\n")
+            return status, b"".join(c[:-2] for c in chunks)
+        except (OSError, asyncio.IncompleteReadError, ValueError):
+            self.close()
+            raise
+        finally:
+            self.last_used = time.monotonic()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        self.reader = self.writer = None
+
+
+def request_bytes(host: str, path: str, body: bytes) -> bytes:
+    return (b"POST %s HTTP/1.1\r\nhost: %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+            % (path.encode(), host.encode(), len(body), body))
+
+
+def cycled(items: Sequence[Any], n: int) -> list[Any]:
+    """``n`` items, going round ``items`` as often as needed."""
+    return [items[i % len(items)] for i in range(n)]
+
+
+def fresh_bodies(records: Sequence[dict[str, Any]], n: int, tag: str) -> list[bytes]:
+    """``n`` /score bodies going round ``records``, each round's transaction ids made new (``tag``
+    names the run), so that every request is a payment the service has not seen: one it holds is
+    not added to its history again, which would make repeats cheaper than real traffic."""
+    return [json.dumps({**r, "transaction_id": f"{r['transaction_id']}-{tag}-{i // len(records)}"}).encode()
+            for i, r in enumerate(cycled(records, n))]
+
+
+def percentiles_ms(seconds: Sequence[float], *qs: float) -> list[float]:
+    ms = np.asarray(seconds) * 1000
+    return [round(float(np.percentile(ms, q)), 3) for q in qs]
+
+
+def sequential(host: str, port: int, path: str, bodies: Sequence[bytes]) -> dict[str, Any]:
+    """POST every body in turn on one keep-alive connection (blocking socket; responses carry
+    Content-Length): ``p50_ms``, ``p99_ms``, ``errors`` (non-200)."""
+    latencies, errors = [], 0
+    with socket.create_connection((host, port)) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for body in bodies:
+            started = time.perf_counter()
+            sock.sendall(request_bytes(host, path, body))
+            status = _read_response(sock)
+            latencies.append(time.perf_counter() - started)
+            errors += status != 200
+    p50, p99 = percentiles_ms(latencies, 50, 99)
+    return {"requests": len(latencies), "p50_ms": p50, "p99_ms": p99, "errors": errors}
+
+
+def _read_response(sock: socket.socket) -> int:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("the server closed the connection")
+        data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    length = next(int(line.split(":", 1)[1]) for line in lines[1:] if line.lower().startswith("content-length:"))
+    while len(rest) < length:
+        rest += sock.recv(65536)
+    return int(lines[0].split(" ", 2)[1])
+
+
+async def _open_loop(host: str, port: int, path: str, bodies: Sequence[bytes], rate: float,
+                     keep_samples: bool) -> dict[str, Any]:
+    loop = asyncio.get_running_loop()
+    free: list[Connection] = []
+    latencies: list[float] = []
+    samples: list[tuple[float, float, int]] = []
+    running: set[asyncio.Task[None]] = set()  # the loop keeps only weak references to tasks
+    late: list[float] = []
+    errors = opened = in_flight = 0
+    refused: Counter[int] = Counter()  # statuses other than 200 (0: no answer)
+    stop = threading.Event()
+    all_sent = asyncio.Event()
+    finished = asyncio.Event()
+    first = time.perf_counter() + 0.05
+
+    async def send(i: int, due: float) -> None:
+        nonlocal errors, opened, in_flight
+        connection = free.pop() if free else None
+        if connection is not None and time.monotonic() - connection.last_used > IDLE_REUSE_S:
+            connection.close()  # the server may be closing it this instant: reconnect (not counted as opened)
+        if connection is None:
+            connection, opened = Connection(host, port), opened + 1
+        late.append(time.perf_counter() - due)
+        try:
+            status, _ = await connection.post(path, bodies[i])
+        except (OSError, asyncio.IncompleteReadError, ValueError):
+            status = 0
+        latencies.append(time.perf_counter() - due)
+        if keep_samples:
+            samples.append((due - first, latencies[-1], status))
+        errors += status != 200
+        if status != 200:
+            refused[status] += 1
+        free.append(connection)
+        in_flight -= 1
+        if all_sent.is_set() and in_flight == 0:
+            finished.set()
+
+    def launch(i: int, due: float) -> None:
+        nonlocal in_flight
+        in_flight += 1
+        if in_flight > rate * GIVE_UP_BEHIND_S:
+            stop.set()  # the server is that far behind: this rate is beyond it
+        task = loop.create_task(send(i, due))
+        running.add(task)
+        task.add_done_callback(running.discard)
+
+    def schedule() -> None:
+        for i in range(len(bodies)):
+            due = first + i / rate
+            delay = due - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            if stop.is_set():
+                break
+            loop.call_soon_threadsafe(launch, i, due)
+        loop.call_soon_threadsafe(all_sent.set)
+
+    scheduler = threading.Thread(target=schedule, name="open-loop-schedule", daemon=True)
+    scheduler.start()
+    await all_sent.wait()
+    if in_flight:
+        await finished.wait()
+    scheduler.join()
+    wall = time.perf_counter() - first
+    for connection in free:
+        connection.close()
+    p50, p99, p999 = percentiles_ms(latencies, 50, 99, 99.9)
+    result = {"rate": rate, "requests": len(latencies), "p50_ms": p50, "p99_ms": p99, "p99_9_ms": p999,
+              "errors": errors, "error_statuses": {str(s): n for s, n in sorted(refused.items())},
+              "gave_up": stop.is_set(), "achieved_rps": round(len(latencies) / wall, 1),
+              "connections": opened, "late_p99_ms": percentiles_ms(late, 99)[0]}
+    return {**result, "samples": samples} if keep_samples else result
+
+
+def open_loop(host: str, port: int, path: str, bodies: Sequence[bytes], rate: float,
+              keep_samples: bool = False) -> dict[str, Any]:
+    """Send ``bodies`` at ``rate`` per second (open loop): latency p50/p99/p99.9 from each request's
+    scheduled send, ``errors`` (non-200 or failed), ``gave_up`` (more than GIVE_UP_BEHIND_S of
+    requests were in flight: the rest were not sent), the connections it needed, and how late the
+    client itself sent (``late_p99_ms``). ``keep_samples``: also ``samples``, each request's
+    (scheduled send in seconds from the start, latency in seconds, status; 0: no answer)."""
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    try:
+        return asyncio.run(_open_loop(host, port, path, bodies, rate, keep_samples))
+    finally:
+        sys.setswitchinterval(previous)
+
+
+def highest_rate_under(p99_limit_ms: float, measure: Callable[[float], dict[str, Any]], ladder: Sequence[float],
+                       bisections: int) -> dict[str, Any]:
+    """The highest arrival rate whose open-loop p99 stays under ``p99_limit_ms`` with no error:
+    ``measure(rate)`` (:func:`open_loop`'s result) up the ``ladder`` until a rate fails, then
+    ``bisections`` halvings between the last rate that held and that one. ``steps``: every run."""
+    steps: list[dict[str, Any]] = []
+
+    def holds(rate: float) -> bool:
+        result = measure(rate)
+        steps.append({k: result[k] for k in ("rate", "requests", "p50_ms", "p99_ms", "errors", "gave_up")})
+        return not result["gave_up"] and result["errors"] == 0 and result["p99_ms"] < p99_limit_ms
+
+    best, failed = 0.0, None
+    for rate in ladder:
+        if not holds(rate):
+            failed = rate
+            break
+        best = rate
+    for _ in range(bisections if failed is not None else 0):
+        middle = round((best + failed) / 2)
+        if middle in (best, failed):
+            break
+        if holds(middle):
+            best = middle
+        else:
+            failed = middle
+    return {"highest_rate": best, "first_failing_rate": failed, "p99_limit_ms": p99_limit_ms, "steps": steps}
