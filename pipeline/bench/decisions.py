@@ -25,7 +25,7 @@ week (the holdout every model is judged on):
   review threshold follows the scores), decided as served and judged day by day
   by the monitor's rules (:mod:`pipeline.monitoring.history`, conf/dev's monitoring.toml: recall at
   the operating points against the expectation, and served features against a training sample,
-  ``feature_psi_broken``): the first test day reported ``degraded``; the healthy champion's days
+  ``stuck_feature_share``): the first test day reported ``degraded``; the healthy champion's days
   beside it (false alarms).
 """
 
@@ -54,10 +54,9 @@ from pipeline.decisions.operating_points import (
 from pipeline.decisions.review_tracking import ReviewThresholdTracker, ReviewTrackingConfig
 from pipeline.metrics import precision_at_rate, recall_at_rate
 from pipeline.monitoring.config import MonitoringConfig, load_monitoring_config
-from pipeline.monitoring.drift import feature_psi
+from pipeline.monitoring.drift import feature_psi, stuck_features
 from pipeline.monitoring.history import (
     MonitoredDay,
-    broken_features,
     days_below_in_a_row,
     judge_day,
     version_state,
@@ -138,9 +137,10 @@ def _monitored_days(frame: pd.DataFrame, flagged: np.ndarray, expected: float, c
         rows = days == day
         frauds = int(labels[rows].sum())
         recall = float((flagged[rows] & labels[rows]).sum() / frauds) if frauds else None
-        drift = feature_psi(training, {n: frame.loc[rows, n].to_numpy(np.float64) for n in training}, categorical,
-                            config.feature_bins)
-        entry = judge_day(day, frauds, recall, expected, config, broken_features(drift, config))
+        served = {n: frame.loc[rows, n].to_numpy(np.float64) for n in training}
+        drift = feature_psi(training, served, categorical, config.feature_bins)
+        entry = judge_day(day, frauds, recall, expected, config,
+                          stuck_features(training, served, config.stuck_feature_share))
         history.append(entry)
         state = version_state(entry, days_below_in_a_row(history, day), config)
         top = max(drift, key=drift.get)
@@ -212,7 +212,7 @@ def run_portfolio(portfolio: BenchPortfolio, quick: bool, workdir: Path, budget:
         "degradation": {"kind": f"feature {stuck_name} stuck at its training median {stuck_value:.6g} in serving "
                                 "(decided as served: the review threshold tracked on the stuck scores)",
                         "expected_recall": expected, "recall_margin": monitoring.recall_margin,
-                        "confidence": monitoring.confidence, "feature_psi_broken": monitoring.feature_psi_broken,
+                        "confidence": monitoring.confidence, "stuck_feature_share": monitoring.stuck_feature_share,
                         "degraded_after_days": monitoring.degraded_after_days, "min_frauds": monitoring.min_frauds,
                         "days": degraded_days, "healthy_days": healthy_days},
         "detected_after_days": _first_degraded(degraded_days),

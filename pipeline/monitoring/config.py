@@ -33,10 +33,11 @@ class MonitoringConfig:
     # drift findings: PSI of the live scores vs validation, of a served feature vs the training split
     score_psi_warn: float = 0.25
     feature_psi_warn: float = 0.25
-    # a served feature this far from the training split (PSI) is a broken input, not drift (a feature
-    # stuck at a constant scores ~8 on 10 bins; natural drift stays well under 1): the version is
-    # degraded that day whatever its recall, and without waiting for labels to say so (0: off)
-    feature_psi_broken: float = 0.0
+    # a served feature stuck at one value (its most common value this share of the day's payments or
+    # more, where training's most common value is at most this share - 0.1) is a broken input: the
+    # version is degraded that day whatever its recall, without waiting for labels (0: off). Not a
+    # PSI bound: count features of a growing portfolio drift far (PSI ~6 in the bench) and are fine.
+    stuck_feature_share: float = 0.0
     feature_bins: int = 10  # quantile bins of the training split per numeric feature
     feature_sample_rows: int = 20_000  # training rows sampled (whole shards, then rows) for feature PSI
 
@@ -54,9 +55,8 @@ class MonitoringConfig:
             problems.append(f"alert_rate_band must be > 0 (a share of the budget), got {self.alert_rate_band}")
         if self.score_psi_warn <= 0.0 or self.feature_psi_warn <= 0.0:
             problems.append("score_psi_warn and feature_psi_warn must be > 0")
-        if self.feature_psi_broken != 0.0 and not self.feature_psi_broken > self.feature_psi_warn:
-            problems.append(f"feature_psi_broken must be 0 (off) or above feature_psi_warn "
-                            f"({self.feature_psi_warn}), got {self.feature_psi_broken}")
+        if self.stuck_feature_share != 0.0 and not 0.5 < self.stuck_feature_share <= 1.0:
+            problems.append(f"stuck_feature_share must be 0 (off) or in (0.5, 1], got {self.stuck_feature_share}")
         if self.feature_bins < 2:
             problems.append(f"feature_bins must be >= 2, got {self.feature_bins}")
         if self.feature_sample_rows < 100:

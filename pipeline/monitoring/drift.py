@@ -15,6 +15,8 @@ finite. Empty input on either side: NaN. Rule of thumb: < 0.1 stable, 0.1-0.25 m
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from pipeline.features import definitions as fd
@@ -80,3 +82,28 @@ def feature_psi(reference: dict[str, np.ndarray], current: dict[str, np.ndarray]
         else:
             out[name] = numeric_psi(reference[name], current[name], bins)
     return out
+
+
+STUCK_MARGIN = 0.1  # training's most common value must be this much rarer than the stuck share
+MIN_STUCK_ROWS = 200  # fewer served rows: a feature can repeat one value by chance
+
+
+def top_value_share(values: np.ndarray) -> float:
+    """Share of ``values`` taken by the most common one (NaN counts as a value); NaN when empty."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.size == 0:
+        return math.nan
+    return float(np.unique(v, return_counts=True, equal_nan=True)[1].max() / v.size)
+
+
+def stuck_features(reference: dict[str, np.ndarray], current: dict[str, np.ndarray], stuck_share: float) -> tuple[str, ...]:
+    """Features stuck at one value in ``current`` (its most common value at least ``stuck_share`` of
+    the rows) that varied in ``reference`` (most common value at most ``stuck_share - STUCK_MARGIN``),
+    sorted by name; none when ``stuck_share`` is 0 or ``current`` holds fewer than MIN_STUCK_ROWS rows.
+    Features constant within a day (:data:`~pipeline.features.definitions.DAY_CONSTANT_FEATURES`) are
+    never stuck."""
+    names = sorted((set(reference) & set(current)) - set(fd.DAY_CONSTANT_FEATURES))
+    if stuck_share <= 0 or not names or len(current[names[0]]) < MIN_STUCK_ROWS:
+        return ()
+    return tuple(n for n in names if top_value_share(current[n]) >= stuck_share
+                 and top_value_share(reference[n]) <= stuck_share - STUCK_MARGIN)

@@ -2,8 +2,8 @@
 
 A version is ``degraded`` on day ``D`` when its realised recall at the operating points was below
 ``expected - recall_margin`` on ``degraded_after_days`` judged days in a row, ending with ``D``; or
-at once when a served feature's PSI against the training split exceeds ``feature_psi_broken`` that
-day (:func:`broken_features`): a broken input (a feature stuck at a constant, a unit changed) is
+at once when a served feature was stuck at one value that day while it varied in training
+(``stuck_feature_share``, :func:`pipeline.monitoring.drift.stuck_features`): a broken input is
 certain from the features alone, while the recall it costs can hide in a day's noise. With
 ``confidence`` > 0 a day is below only when the recall's one-sided upper bound at that confidence
 (:func:`pipeline.metrics.wilson_upper_bound` over the day's matured frauds) is below the floor: a day
@@ -57,14 +57,7 @@ class MonitoredDay:
     judged: bool  # enough frauds and an expectation
     below: bool  # judged and recall_upper < floor
     recall_upper: float | None = None  # what is compared with the floor: the recall's upper bound (or itself)
-    broken_features: tuple[str, ...] = ()  # served features past feature_psi_broken that day
-
-
-def broken_features(feature_psi: dict[str, float], config: MonitoringConfig) -> tuple[str, ...]:
-    """The served features whose PSI against the training split says broken input (sorted by name)."""
-    if config.feature_psi_broken <= 0:
-        return ()
-    return tuple(sorted(n for n, v in feature_psi.items() if math.isfinite(v) and v > config.feature_psi_broken))
+    broken_features: tuple[str, ...] = ()  # served features stuck at one value that day
 
 
 def judge_day(day: date, frauds: int, recall: float | None, expected: float | None,

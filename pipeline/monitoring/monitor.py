@@ -40,7 +40,6 @@ from pipeline.monitoring.config import MonitoringConfig
 from pipeline.monitoring.figures import VersionReference, version_figures
 from pipeline.monitoring.history import (
     HistoryStore,
-    broken_features,
     days_below_in_a_row,
     judge_day,
     monitor_lock,
@@ -175,7 +174,7 @@ def _judge_versions(client: MlflowClient, day: date, decisions: DayDecisions, la
         figures = version_figures([decisions.payments[i] for i in rows], labels[rows], reference, config)
         at = figures.at_operating_points
         entry = judge_day(day, at.frauds, None if math.isnan(at.recall) else at.recall, reference.expected_recall, config,
-                          broken_features(figures.feature_psi, config))
+                          figures.stuck_features)
         streak = days_below_in_a_row(history.record(model_name, version, entry), day)
         judged.append((VersionReport(figures, entry, version_state(entry, streak, config), streak, reference.run_id,
                                      reference.expected_recall_source, reference.training_sample), reference))
@@ -186,8 +185,7 @@ def why_degraded(v: VersionReport) -> str:
     """The degraded rule's evidence for version report ``v``: broken inputs, a recall below its floor."""
     d, reasons = v.day, []
     if d.broken_features:
-        reasons.append("served features far from the training split (PSI past feature_psi_broken: a broken "
-                       f"input): {', '.join(d.broken_features)}")
+        reasons.append(f"served features stuck at one value (broken inputs): {', '.join(d.broken_features)}")
     if d.below and d.recall is not None and d.recall_floor is not None and d.expected_recall is not None:
         upper = d.recall_upper
         bound = f" (upper confidence bound {upper:.3f})" if upper is not None and upper != d.recall else ""

@@ -121,7 +121,7 @@ def _version_dict(v: VersionReport, config: MonitoringConfig) -> dict[str, Any]:
                    "upper_bound": v.day.recall_upper, "judged": v.day.judged,
                    "below": v.day.below, "days_below_in_a_row": v.days_below_in_a_row,
                    "degraded_after_days": config.degraded_after_days, "min_frauds": config.min_frauds},
-        "broken_features": {"features": list(v.day.broken_features), "feature_psi_broken": config.feature_psi_broken},
+        "broken_features": {"stuck": list(v.day.broken_features), "stuck_feature_share": config.stuck_feature_share},
         "score_psi": f.score_psi,
         "feature_psi": f.feature_psi,
         "feature_psi_sample": {"training": v.training_sample or None, "live_rows": f.live_feature_rows},
@@ -180,6 +180,6 @@ def describe_version(v: VersionReport) -> list[str]:
             f"AP {_num(f.average_precision)}; at the operating points recall {_num(at.recall)} ({expected}; "
             f"{v.days_below_in_a_row} judged day(s) below in a row), precision {_num(at.precision)}, "
             f"block precision {_num(at.block_precision)}, review rate {_num(at.review_rate, '.2%')}{budget}; {drift}")
-    broken = [f"  - broken input (degraded): {', '.join(day.broken_features)} far from the training split"] \
+    broken = [f"  - broken input (degraded): {', '.join(day.broken_features)} stuck at one value"] \
         if day.broken_features else []
     return [line, *broken, *(f"  - {finding}" for finding in f.findings)]

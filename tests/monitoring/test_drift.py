@@ -6,7 +6,13 @@ import math
 
 import numpy as np
 
-from pipeline.monitoring.drift import categorical_psi, feature_psi, numeric_psi, quantile_edges
+from pipeline.monitoring.drift import (
+    categorical_psi,
+    feature_psi,
+    numeric_psi,
+    quantile_edges,
+    stuck_features,
+)
 
 
 def test_the_same_distribution_is_stable_and_a_shift_is_not():
@@ -56,3 +62,16 @@ def test_features_constant_within_a_day_are_not_compared_on_one_day():
     one_day = {"weekday": np.full(800, 2.0), "is_weekend": np.zeros(800), "hour": rng.integers(0, 24, 800).astype(float)}
     psi = feature_psi(training, one_day, set())
     assert set(psi) == {"hour"} and psi["hour"] < 0.1  # a Wednesday's weekday alone would score ~2
+
+
+def test_a_feature_stuck_at_one_value_is_found_and_a_drifting_or_naturally_constant_one_is_not():
+    rng = np.random.default_rng(5)
+    training = {"amount": rng.gamma(2.0, 30.0, 5000), "merchant_tx_count_30d": rng.poisson(50, 5000).astype(float),
+                "card_country_tx_count_30d": np.r_[np.zeros(4700), np.ones(300)],  # 94% one value in training too
+                "weekday": rng.integers(0, 7, 5000).astype(float)}
+    day = {"amount": np.full(1000, 44.71),  # stuck at the training median
+           "merchant_tx_count_30d": rng.poisson(400, 1000).astype(float),  # a far drift, not a break
+           "card_country_tx_count_30d": np.zeros(1000), "weekday": np.full(1000, 3.0)}  # one value by nature
+    assert stuck_features(training, day, 0.99) == ("amount",)
+    assert stuck_features(training, day, 0.0) == ()  # off
+    assert stuck_features(training, {k: v[:150] for k, v in day.items()}, 0.99) == ()  # too few rows to say

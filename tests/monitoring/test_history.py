@@ -12,7 +12,6 @@ from pipeline.monitoring.history import (
     HistoryStore,
     MonitoringStateError,
     MonitorLocked,
-    broken_features,
     days_below_in_a_row,
     judge_day,
     monitor_lock,
@@ -104,23 +103,16 @@ def test_one_monitor_at_a_time(tmp_path):
         pass
 
 
-BROKEN = MonitoringConfig(recall_margin=0.1, degraded_after_days=3, min_frauds=10, feature_psi_warn=0.25,
-                          feature_psi_broken=2.0)
 
-
-def test_a_feature_past_feature_psi_broken_degrades_the_day_whatever_its_recall_or_evidence(tmp_path):
-    drift = {"amount": 8.3, "card_tx_count_1d": 0.4, "hour": float("nan"), "merchant_fraud_rate_7d": 2.5}
-    broken = broken_features(drift, BROKEN)
-    assert broken == ("amount", "merchant_fraud_rate_7d")  # over 2.0; drift under it and NaN are not broken
-    few_frauds = judge_day(DAY, 3, 0.9, EXPECTED, BROKEN, broken)
-    assert version_state(few_frauds, 0, BROKEN) == "degraded"
-    assert version_state(judge_day(DAY, 3, 0.9, EXPECTED, BROKEN), 0, BROKEN) == "insufficient_evidence"
+def test_a_day_with_a_stuck_feature_is_degraded_whatever_its_recall_or_evidence(tmp_path):
+    few_frauds = judge_day(DAY, 3, 0.9, EXPECTED, CONFIG, ("amount",))
+    assert version_state(few_frauds, 0, CONFIG) == "degraded"
+    assert version_state(judge_day(DAY, 3, 0.9, EXPECTED, CONFIG), 0, CONFIG) == "insufficient_evidence"
     store = HistoryStore(tmp_path)
     store.record("m", 1, few_frauds)
-    assert store.read("m", 1)[0].broken_features == broken  # kept in the history as written
+    assert store.read("m", 1)[0].broken_features == ("amount",)  # kept in the history as written
 
 
-def test_feature_psi_broken_off_or_below_the_warning_level():
-    assert broken_features({"amount": 50.0}, CONFIG) == ()  # 0: off
-    with pytest.raises(ConfigError, match="feature_psi_broken"):
-        MonitoringConfig(feature_psi_warn=0.25, feature_psi_broken=0.2)
+def test_stuck_feature_share_is_off_or_a_majority():
+    with pytest.raises(ConfigError, match="stuck_feature_share"):
+        MonitoringConfig(stuck_feature_share=0.4)
