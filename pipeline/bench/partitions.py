@@ -21,7 +21,6 @@ import asyncio
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -29,14 +28,12 @@ import httpx
 import torch
 
 from pipeline.bench import scoring
-from pipeline.config import ENV_VAR_CONF_DIR
 from pipeline.contract import Kind
 from pipeline.features.frame import build_feature_frame
 from pipeline.ingest.config import load_ingest_config
 from pipeline.kafka.broker import EmbeddedBroker, free_port
 from pipeline.kafka.producer import publish_records
 from pipeline.kafka.settings import KafkaConfig
-from pipeline.paths import ENV_VAR_STATE_DIR
 from pipeline.registry.config import RegistryConfig
 from pipeline.registry.store import CHAMPION, connect
 from pipeline.serving.process import FRAUDCTL, HOST, ServerProcess
@@ -47,22 +44,8 @@ CARDS = {False: 4000, True: 1200}
 
 
 def run(quick: bool) -> dict[str, Any]:
-    saved = {k: os.environ.get(k) for k in (ENV_VAR_STATE_DIR, ENV_VAR_CONF_DIR, "MLFLOW_TRACKING_URI")}
-    with tempfile.TemporaryDirectory(prefix="bench-partitions-") as tmp:
-        work = Path(tmp)
-        os.environ.pop("MLFLOW_TRACKING_URI", None)
-        os.environ.update({ENV_VAR_STATE_DIR: str(work / "state"), ENV_VAR_CONF_DIR: str(scoring._conf_dir(work))})
-        broker = EmbeddedBroker("127.0.0.1", free_port(), work / "broker.log")
-        broker.start()
-        try:
-            return _run(work, dict(os.environ), broker, quick)
-        finally:
-            broker.stop()
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
+    with scoring.service_workspace("bench-partitions-") as (work, env, broker):
+        return _run(work, env, broker, quick)
 
 
 def _prepare(env: dict[str, str], broker: EmbeddedBroker, work: Path, quick: bool) -> tuple[list[bytes], int, int]:

@@ -48,6 +48,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -331,11 +332,14 @@ def _plain(value: Any) -> float | int:
     return int(value) if isinstance(value, np.integer) else float(value)
 
 
-def run(quick: bool) -> dict[str, Any]:
-    # This process and both servers use the temporary state and conf directories; restored after.
+@contextmanager
+def service_workspace(prefix: str) -> Iterator[tuple[Path, dict[str, str], EmbeddedBroker]]:
+    """A temporary directory ``work`` whose state and conf directories this process and the services
+    it starts use (the environment is restored after), the environment to start them with, and an
+    embedded broker on a free port (stopped after)."""
     saved = {k: os.environ.get(k) for k in (ENV_VAR_STATE_DIR, ENV_VAR_CONF_DIR, "MLFLOW_TRACKING_URI",
                                             "KAFKA_BOOTSTRAP_SERVERS")}
-    with tempfile.TemporaryDirectory(prefix="bench-scoring-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         work = Path(tmp)
         os.environ.pop("MLFLOW_TRACKING_URI", None)
         os.environ.update({ENV_VAR_STATE_DIR: str(work / "state"), ENV_VAR_CONF_DIR: str(_conf_dir(work))})
@@ -343,7 +347,7 @@ def run(quick: bool) -> dict[str, Any]:
         broker = EmbeddedBroker("127.0.0.1", free_port(), work / "broker.log")
         broker.start()
         try:
-            return _run(work, env, broker, REQUESTS[quick], quick)
+            yield work, env, broker
         finally:
             broker.stop()
             for key, value in saved.items():
@@ -351,6 +355,11 @@ def run(quick: bool) -> dict[str, Any]:
                     os.environ.pop(key, None)
                 else:
                     os.environ[key] = value
+
+
+def run(quick: bool) -> dict[str, Any]:
+    with service_workspace("bench-scoring-") as (work, env, broker):
+        return _run(work, env, broker, REQUESTS[quick], quick)
 
 
 def _run(work: Path, env: dict[str, str], broker: EmbeddedBroker, n: int, quick: bool) -> dict[str, Any]:

@@ -66,7 +66,7 @@ class EventFeed(BackgroundThread):
         # Ingest's own references whatever /score is judged against: the record's timestamp, the partition.
         self.time_rules = (None if time_rules is None else
                            dataclasses.replace(time_rules, late_against="watermark", future_against="clock"))
-        self._watermarks: dict[tuple[str, int], int] = {}  # (topic, partition) -> latest accepted payment time
+        self._watermarks: dict[TopicPartition, int] = {}  # latest accepted payment time per partition
         self.kafka = kafka
         self.config = config
         self.raw_root = raw_root if config.seed_from_raw_store else None
@@ -134,7 +134,7 @@ class EventFeed(BackgroundThread):
                 for tp, records in self._poll(consumer).items():
                     kind = self._kinds[tp.topic]
                     for record in records:
-                        self._apply(record.value, kind, tp.topic, (tp.topic, tp.partition), record.timestamp)
+                        self._apply(record.value, kind, tp, record.timestamp)
                 self._positions = {tp: consumer.position(tp) for tp in assigned}
         finally:
             consumer.close()
@@ -214,23 +214,22 @@ class EventFeed(BackgroundThread):
             with self._resets_lock:
                 self._resets_wanted.update({TopicPartition(g.topic, g.partition): g for g in gaps})
 
-    def _apply(self, value: bytes | None, kind: Kind, topic: str, partition: tuple[str, int] = ("", 0),
-               timestamp_ms: int | None = None) -> None:
+    def _apply(self, value: bytes | None, kind: Kind, tp: TopicPartition, timestamp_ms: int | None) -> None:
         event, rejection = validate_event(value if value is not None else b"", kind)
         if rejection is None:
-            rejection = self._refused_by_time(event, kind, partition, timestamp_ms)
+            rejection = self._refused_by_time(event, kind, tp, timestamp_ms)
         if rejection is not None:
             self.rejected[rejection.reason.value] += 1
             return
         if kind is Kind.TRANSACTION:
             payment = payment_from_event(event)
             self.features.observe_payment(payment)
-            self._watermarks[partition] = max(self._watermarks.get(partition, payment.ts_us), payment.ts_us)
+            self._watermarks[tp] = max(self._watermarks.get(tp, payment.ts_us), payment.ts_us)
         else:
             self.features.observe_label(event["transaction_id"], event["is_fraud"], micros(event["reported_at"]))
-        self.consumed[topic] += 1
+        self.consumed[tp.topic] += 1
 
-    def _refused_by_time(self, event: dict[str, Any], kind: Kind, partition: tuple[str, int],
+    def _refused_by_time(self, event: dict[str, Any], kind: Kind, tp: TopicPartition,
                          timestamp_ms: int | None) -> Rejection | None:
         """Ingest's timing rejection of a valid record, or None (no rules: none)."""
         if self.time_rules is None:
@@ -238,7 +237,7 @@ class EventFeed(BackgroundThread):
         # The record's Kafka timestamp; the time now where the record has none (ingest: the run's start).
         now_us = timestamp_ms * 1000 if timestamp_ms is not None and timestamp_ms >= 0 else int(time.time() * 1e6)
         if kind is Kind.TRANSACTION:
-            return self.time_rules.check(micros(event["event_time"]), self._watermarks.get(partition), now_us)
+            return self.time_rules.check(micros(event["event_time"]), self._watermarks.get(tp), now_us)
         return self.time_rules.check_future(micros(event[TIME_FIELD_BY_KIND[kind]]), now_us, TIME_FIELD_BY_KIND[kind])
 
     def watch_report(self) -> WatchReport:
