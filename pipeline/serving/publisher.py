@@ -3,7 +3,9 @@
 A request only appends its :class:`ScoreEvent` to a bounded queue (never blocks: when the queue is
 full the event is dropped and counted, so a slow or absent broker cannot slow scoring down). One
 background thread drains the queue in batches every few milliseconds; it is not woken per decision
-(a wake-up per request would hand the GIL back and forth on every request). When a challenger is
+(a wake-up per request would hand the GIL back and forth on every request). After a quarter second
+with nothing to publish it parks on an event instead of polling: an idle service then costs no
+wake-ups, and the first decision after a quiet spell wakes it once. When a challenger is
 loaded in shadow mode it scores the batch's features in one forward and decides them at its own
 version's thresholds (its opinion is added to the event, and counted when it would have decided
 differently; it never decides), then hands the events to a producer with the project's settings
@@ -39,6 +41,7 @@ log = logging.getLogger(__name__)
 
 BATCH = 256  # events taken off the queue at once (one shadow forward, one producer wake-up)
 DRAIN_INTERVAL_S = 0.005  # an empty queue is looked at again after this: decisions wait at most ~5 ms
+PARK_AFTER_S = 0.25  # this long with an empty queue, and the thread sleeps until a decision wakes it
 RETRY_S = 2.0  # between attempts to create the producer
 DELIVERY_TIMEOUT_S = 30.0  # a decision not acknowledged by then counts as failed
 FLUSH_ON_STOP_S = 5.0  # a stopping service waits this long for the last acknowledgements
@@ -56,6 +59,9 @@ class ScorePublisher:
         self._queue: deque[tuple[ScoreEvent, tuple[RuleHit, ...]]] = deque()  # appends/pops are atomic
         self._thread = threading.Thread(target=self._run, name="score-publisher", daemon=True)
         self._stopping = threading.Event()
+        self._wake = threading.Event()  # set by the first decision submitted while the thread is parked
+        self._parked = False
+        self._idle_polls = 0
         self._lock = threading.Lock()  # counters are bumped by requests and by this thread
         self.counts = {"queued": 0, "dropped": 0, "published": 0, "failed": 0, "shadow_scored": 0,
                        "shadow_disagreed": 0}
@@ -72,6 +78,7 @@ class ScorePublisher:
     def stop(self, timeout_s: float = 10.0) -> None:
         """Publish what is queued (up to ``timeout_s``), then close the producer."""
         self._stopping.set()
+        self._wake.set()
         if self._thread.is_alive():
             self._thread.join(timeout_s)
 
@@ -81,6 +88,8 @@ class ScorePublisher:
             return
         self._queue.append((event, hits))
         self._count("queued")
+        if self._parked:  # read after the append: a parking thread either sees the event or gets woken
+            self._wake.set()
 
     def _count(self, key: str, n: int = 1) -> None:
         with self._lock:
@@ -115,11 +124,28 @@ class ScorePublisher:
         if not self._queue:
             if self._stopping.is_set():
                 return None
-            self._stopping.wait(DRAIN_INTERVAL_S)
+            if self._idle_polls * DRAIN_INTERVAL_S >= PARK_AFTER_S:
+                self._park()
+            else:
+                self._idle_polls += 1
+                self._stopping.wait(DRAIN_INTERVAL_S)
+        else:
+            self._idle_polls = 0
         batch = []
         while self._queue and len(batch) < BATCH:
             batch.append(self._queue.popleft())
         return batch
+
+    def _park(self) -> None:
+        """Sleep until :meth:`submit` or :meth:`stop` sets the wake event (the flag goes up before the look)."""
+        self._wake.clear()
+        self._parked = True
+        try:
+            if not self._queue and not self._stopping.is_set():
+                self._wake.wait()
+        finally:
+            self._parked = False
+            self._idle_polls = 0
 
     def _connect(self) -> Producer | None:
         try:

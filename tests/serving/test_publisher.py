@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from pipeline.serving.config import DecisionConfig, ScoresConfig
@@ -41,3 +43,27 @@ def test_the_shadow_decides_at_its_own_thresholds(models, review, block, disagre
     scorer = Scorer(models.good, 2, explain_top_k=0)
     status = shadow_opinions(LiveVersion(scorer, Thresholds(review, block, "version")))
     assert (status["shadow_scored"], status["shadow_disagreed"]) == (ROWS, disagreed)
+
+
+def wait_for(condition, timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_an_idle_publisher_parks_and_the_next_decision_wakes_it():
+    publisher = ScorePublisher(ScoresConfig(publish=False), None,
+                               DecisionConfig(review_threshold=0.5, block_threshold=0.9, allowlist_override=1.0),
+                               lambda: None)
+    publisher.start()
+    try:
+        assert wait_for(lambda: publisher._parked), "an empty queue should park the thread, not poll it forever"
+        publisher.submit(champion_events()[0], ())
+        assert wait_for(lambda: publisher.status()["pending"] == 0, timeout_s=1.0), "a parked thread missed a decision"
+        assert wait_for(lambda: publisher._parked), "the thread should park again once the queue is empty"
+    finally:
+        publisher.stop(timeout_s=2.0)
+    assert not publisher._thread.is_alive(), "stop() must wake a parked thread"
