@@ -1,5 +1,7 @@
-"""Load clients of the serving benchmarks: keep-alive HTTP/1.1 POSTs, sequential or open-loop.
+"""Load clients of the serving benchmarks: keep-alive HTTP/1.1 POSTs, sequential, closed-loop or open-loop.
 
+* :func:`closed_loop`: a fixed number of connections, each sending its next request as soon as the
+  previous one is answered: latency as the client sees it, throughput at that concurrency.
 * :func:`sequential`: one request at a time on one keep-alive connection, over a blocking socket
   (the client's own cost stays a few tens of microseconds): the latency of a lone request.
 * :func:`open_loop`: requests sent at a fixed arrival rate whatever the answers do, each on a free
@@ -11,10 +13,10 @@
 * :func:`highest_rate_under`: the highest arrival rate whose p99 stays under a bound (a ladder of
   rates, then bisection between the last that held and the first that did not).
 
-:class:`Connection` is the minimal asyncio client the closed-loop runs use too: httpx's AsyncClient
-spends ~0.8 ms of CPU per request here, and on a 2-core machine shared with the servers the client
-itself became the bottleneck (a do-nothing FastAPI endpoint: 1.2k requests/s through httpx, 9.5k
-through this).
+:class:`Connection` is the minimal asyncio client both :func:`closed_loop` and :func:`open_loop` use:
+httpx's AsyncClient spends ~0.8 ms of CPU per request here, and on a 2-core machine shared with the
+servers the client itself became the bottleneck (a do-nothing FastAPI endpoint: 1.2k requests/s
+through httpx, 9.5k through this).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -93,6 +95,63 @@ def fresh_bodies(records: Sequence[dict[str, Any]], n: int, tag: str) -> list[by
 def percentiles_ms(seconds: Sequence[float], *qs: float) -> list[float]:
     ms = np.asarray(seconds) * 1000
     return [round(float(np.percentile(ms, q)), 3) for q in qs]
+
+
+async def _closed_loop(host: str, port: int, path: str, bodies: Sequence[bytes], concurrency: int,
+                       on_progress: Callable[[int], None] | None, more: Callable[[Counter[int]], bool] | None,
+                       max_factor: int) -> dict[str, Any]:
+    latencies: list[float] = []
+    errors = 0
+    versions: Counter[int] = Counter()
+    explained = 0  # answers with top_features (ours)
+
+    def order() -> Iterator[int]:
+        sent = 0
+        while sent < len(bodies) or (more is not None and more(versions) and sent < max_factor * len(bodies)):
+            yield sent % len(bodies)
+            sent += 1
+
+    pending = order()  # one iterator shared by the workers: each body goes to whichever is free
+
+    async def worker() -> None:
+        nonlocal errors, explained
+        connection = Connection(host, port)
+        for i in pending:
+            started = time.perf_counter()
+            try:
+                status, body = await connection.post(path, bodies[i])
+            except (OSError, asyncio.IncompleteReadError, ValueError):
+                status, body = 0, b""
+            latencies.append(time.perf_counter() - started)
+            if status != 200:
+                errors += 1
+            elif body.startswith(b'{"transaction_id"'):  # our /score answer; mlflow serve's are predictions
+                answer = json.loads(body)
+                versions[answer["model_version"]] += 1
+                explained += bool(answer["reasons"]["top_features"])
+            if on_progress is not None:
+                on_progress(len(latencies))
+        connection.close()
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    wall = time.perf_counter() - started
+    p50, p99 = percentiles_ms(latencies, 50, 99)
+    return {"requests": len(latencies), "p50_ms": p50, "p99_ms": p99, "rps": round(len(latencies) / wall, 1),
+            "errors": errors, "versions": dict(versions), "explained": explained}
+
+
+def closed_loop(host: str, port: int, path: str, bodies: Sequence[bytes], concurrency: int, *,
+                on_progress: Callable[[int], None] | None = None,
+                more: Callable[[Counter[int]], bool] | None = None, max_factor: int = 1) -> dict[str, Any]:
+    """POST every body once, in order, over ``concurrency`` keep-alive connections, each sending the
+    next body as soon as its previous answer is in. Returns ``requests``, ``p50_ms``/``p99_ms``
+    (latency per request as the client sees it), ``rps``, ``errors`` (non-200 or no answer), and of
+    our service's /score answers ``versions`` (requests answered per model version) and ``explained``
+    (answers with ``top_features``). ``on_progress(answered so far)`` runs after each answer, on
+    the event loop. ``more(versions so far)``: after the last body, start over from the first while
+    it says so, at most ``max_factor`` times the bodies in all."""
+    return asyncio.run(_closed_loop(host, port, path, bodies, concurrency, on_progress, more, max_factor))
 
 
 def sequential(host: str, port: int, path: str, bodies: Sequence[bytes]) -> dict[str, Any]:

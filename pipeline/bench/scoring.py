@@ -1,10 +1,11 @@
 """``fraudctl bench scoring``: our scoring service vs ``mlflow models serve`` on the same champion.
 
-Set-up, all on loopback in a temporary state directory: the embedded broker; a simulated portfolio
-whose history is published to the transactions and labels topics; a model of the production
-architecture (:data:`pipeline.bench.train.BENCH_MODEL`, a few optimiser steps: serving cost, not
-quality, is measured) registered twice (v1 champion, v2 for the swap). Then both servers run as
-their own processes, one uvicorn worker each:
+Set-up (:mod:`.served_history`, shared with ``bench partitions`` and ``bench soak``), all on loopback
+in a temporary state directory: the embedded broker; a simulated portfolio whose history is
+published to the transactions and labels topics; a model of the production architecture
+(:data:`pipeline.bench.train.BENCH_MODEL`, a few optimiser steps: serving cost, not quality, is
+measured) registered twice (v1 champion, v2 for the swap). Then both servers run as their own
+processes, one uvicorn worker each:
 
 * ours, ``fraudctl serve`` on conf/dev as it is (alias poll every 5 s): it consumes
   the history from Kafka and answers each raw transaction with online features, the model,
@@ -12,16 +13,16 @@ their own processes, one uvicorn worker each:
 * ``mlflow models serve -m models:/<name>@champion --env-manager local``, which cannot compute
   features: it gets the same transactions' feature rows, precomputed (``dataframe_split``).
 
-One client (asyncio, ``CONCURRENCY`` keep-alive connections; :class:`.load.Connection` says why
-not httpx) sends the next day's payments one per request, the same ones in the same order to both,
-after an unmeasured warm-up: p50, p99, requests/s, errors. A third run against ours moves the
-champion alias to v2 a third of the way in and goes on (the same payments, cycled) until v2 has
-answered a third as many requests, the poll being the configured one (``hot_swap_errors`` must
-stay 0; the responses show both versions). Last, ours once more in a fresh process with
-``explain_min_score = 0`` (``ours_explain_every_payment``: occlusion attribution on every payment,
-not only on those the score flags; ``explained`` counts the answers with ``top_features``).
-``model_single_row``: the champion's forward on one payment, one thread, in this process (the
-model issue's "single-row CPU inference well under 1 ms").
+One closed-loop client (:func:`.load.closed_loop`, ``CONCURRENCY`` keep-alive connections;
+:class:`.load.Connection` says why not httpx) sends the next day's payments one per request, the
+same ones in the same order to both, after an unmeasured warm-up: p50, p99, requests/s, errors. A
+third run against ours moves the champion alias to v2 a third of the way in and goes on (the same
+payments, cycled) until v2 has answered a third as many requests, the poll being the configured one
+(``hot_swap_errors`` must stay 0; the responses show both versions). Last, ours once more in a fresh
+process with ``explain_min_score = 0`` (``ours_explain_every_payment``: occlusion attribution on
+every payment, not only on those the score flags; ``explained`` counts the answers with
+``top_features``). ``model_single_row``: the champion's forward on one payment, one thread, in this
+process (the model issue's "single-row CPU inference well under 1 ms").
 
 A lone payment against its CPU cost: ``in_process_score`` (the service conf/dev builds, started in
 this process before any server, ``service.score`` of each validated event) and ``lone_request``
@@ -37,53 +38,49 @@ CPU cost per request on the machine that ran them, client included.
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import json
 import os
-import re
-import shutil
 import sys
-import tempfile
 import time
-from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
-import mlflow
 import numpy as np
 import pandas as pd
 import torch
 
-from models.fraud_mlp import FraudModel, FraudModelConfig, frame_to_tensors, save_model
+from models.fraud_mlp import FraudModel, frame_to_tensors
 from pipeline.bench import load
-from pipeline.bench.load import Connection
+from pipeline.bench.served_history import (
+    CONCURRENCY,
+    START_TIMEOUT_S,
+    WARMUP_REQUESTS,
+    conf_dir,
+    publish_history,
+    ready_when,
+    records,
+    register_model,
+    service_workspace,
+    set_champion,
+    train_model,
+)
 from pipeline.bench.train import BENCH_MODEL
-from pipeline.config import ENV_VAR_CONF_DIR, PROJECT_ROOT
+from pipeline.config import ENV_VAR_CONF_DIR
 from pipeline.contract import Kind, validate_event
 from pipeline.features import definitions as fd
-from pipeline.features.frame import build_feature_frame
-from pipeline.ingest.config import load_ingest_config
 from pipeline.kafka.broker import EmbeddedBroker, free_port
-from pipeline.kafka.producer import publish_records
-from pipeline.kafka.settings import KafkaConfig
-from pipeline.paths import ENV_VAR_STATE_DIR
 from pipeline.registry.config import RegistryConfig, resolved_tracking_uri
-from pipeline.registry.model_package import log_pyfunc_model, register_version
-from pipeline.registry.store import CHAMPION, connect, ensure_experiment
+from pipeline.registry.store import CHAMPION, connect
 from pipeline.serving.config import load_serving_config
 from pipeline.serving.heap import freeze_startup_heap
-from pipeline.serving.process import ServerProcess
+from pipeline.serving.process import HOST, ServerProcess
 from pipeline.serving.scorer import traced_probability
 from pipeline.serving.server import service_for_env
-from pipeline.simulation import SimulationConfig, simulate
 
-CONCURRENCY = 8
 REQUESTS = {False: 3000, True: 600}  # quick: a smoke run, figures not comparable
-WARMUP_REQUESTS = 200
 LONE_REQUESTS = {False: 1000, True: 300}  # sequential, on payments no other run has sent
 OPEN_LOOP_RATES = (100, 300, 1000)  # requests/s, the issue's table
 OPEN_LOOP_SECONDS = {False: 10.0, True: 2.0}  # per rate, and at least OPEN_LOOP_MIN_REQUESTS
@@ -94,34 +91,8 @@ LADDER = {"ours": (300, 500, 700, 1000, 1400, 2000, 2800, 4000), "mlflow_serve":
 LADDER_SECONDS = {False: 5.0, True: 1.0}  # per step, and at least LADDER_MIN_REQUESTS
 LADDER_MIN_REQUESTS = {False: 300, True: 60}
 BISECTIONS = 3
-HISTORY_DAYS = 7
 CARDS = {False: 4000, True: 1500}
-TRAIN_ROWS = 5000
 SWAP_MAX_REQUESTS_FACTOR = 20  # the hot-swap run gives up waiting for the new version after 20 x requests
-START_TIMEOUT_S = 180.0
-
-
-def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
-    return [{k: v for k, v in row.items() if v is not None} for row in frame.to_dict("records")]
-
-
-def _train(features: pd.DataFrame, seed: int) -> FraudModel:
-    """The production architecture after a few full-batch steps on a sample (realistic scores; the
-    serving cost does not depend on how well it was trained)."""
-    torch.manual_seed(seed)
-    features = features.sample(n=min(TRAIN_ROWS, len(features)), random_state=seed)
-    model = FraudModel(FraudModelConfig(fd.NUMERIC_FEATURES, dict(fd.CATEGORICAL_FEATURES), **BENCH_MODEL))
-    numeric, categorical = frame_to_tensors(features, model.config)
-    squashed = torch.sign(numeric) * torch.log1p(numeric.abs())
-    model.set_normalization(squashed.mean(0), squashed.std(0))
-    labels = torch.tensor(features["label"].to_numpy(), dtype=torch.float32)
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
-    model.train()
-    for _ in range(15):
-        optimizer.zero_grad()
-        torch.nn.functional.binary_cross_entropy_with_logits(model(numeric, categorical), labels).backward()
-        optimizer.step()
-    return model.eval()
 
 
 def _single_row_ms(model: FraudModel, features: pd.DataFrame, calls: int = 2000) -> dict[str, Any]:
@@ -168,80 +139,11 @@ def _cpu_jitter(seconds: float = 6.0, ops: int = 20_000) -> dict[str, float]:
             "p99_over_p50": round(p99 / p50, 2), "slow_share": round(float(np.mean(np.array(times) > 3 * p50)), 4)}
 
 
-def _register(config: RegistryConfig, model: FraudModel, workdir: Path) -> int:
-    client = connect(config)
-    save_model(model, workdir / f"model-{id(model)}")
-    with mlflow.start_run(experiment_id=ensure_experiment(client, config)):
-        info = log_pyfunc_model(workdir / f"model-{id(model)}")
-    return register_version(config.model_name, info.model_uri, {"source": "bench-scoring"})
-
-
-def _conf_dir(workdir: Path, name: str = "conf", **model: float) -> Path:
-    """conf/dev, with the ``[model]`` values given."""
-    conf = workdir / name
-    shutil.copytree(PROJECT_ROOT / "conf" / "dev", conf)
-    text = (conf / "serving.toml").read_text()
-    for key, value in model.items():
-        text, n = re.subn(rf"(?m)^{key} = [^ ]*", f"{key} = {value}", text)
-        assert n == 1, f"conf/dev/serving.toml has no {key} line"
-    (conf / "serving.toml").write_text(text)
-    return conf
-
-
 def _mlflow_env(env: dict[str, str], tracking_uri: str) -> dict[str, str]:
     """mlflow serve execs ``uvicorn`` by name: this interpreter's scripts go first on PATH, as when the
     virtual environment is activated."""
     scripts = str(Path(sys.executable).parent)
     return {**env, "MLFLOW_TRACKING_URI": tracking_uri, "PATH": f"{scripts}{os.pathsep}{env.get('PATH', '')}"}
-
-
-async def _load(url: str, bodies: list[bytes], on_progress: Callable[[int], None] | None = None,
-                more: Callable[[Counter[int]], bool] | None = None) -> dict[str, Any]:
-    """POST every body once over CONCURRENCY connections; latency per request as the client sees it.
-    ``more(versions answering so far)``: after the last body, start over from the first while it
-    says so (at most ``SWAP_MAX_REQUESTS_FACTOR`` times the bodies in all)."""
-    parsed = httpx.URL(url)
-    latencies: list[float] = []
-    errors = 0
-    versions: Counter[int] = Counter()
-    explained = 0  # answers with top_features (ours)
-
-    def order() -> Iterator[int]:
-        sent = 0
-        while sent < len(bodies) or (more is not None and more(versions)
-                                     and sent < SWAP_MAX_REQUESTS_FACTOR * len(bodies)):
-            yield sent % len(bodies)
-            sent += 1
-
-    pending = order()
-
-    async def worker() -> None:
-        nonlocal errors, explained
-        connection = Connection(parsed.host, parsed.port)
-        for i in pending:
-            started = time.perf_counter()
-            try:
-                status, body = await connection.post(parsed.raw_path.decode(), bodies[i])
-            except (OSError, asyncio.IncompleteReadError, ValueError):
-                status, body = 0, b""
-            latencies.append(time.perf_counter() - started)
-            if status != 200:
-                errors += 1
-            elif body.startswith(b'{"transaction_id"'):
-                answer = json.loads(body)
-                versions[answer["model_version"]] += 1
-                explained += bool(answer["reasons"]["top_features"])
-            if on_progress is not None:
-                on_progress(len(latencies))
-        connection.close()
-
-    started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
-    wall = time.perf_counter() - started
-    ms = np.array(latencies) * 1000
-    return {"requests": len(latencies), "p50_ms": round(float(np.percentile(ms, 50)), 3),
-            "p99_ms": round(float(np.percentile(ms, 99)), 3), "rps": round(len(latencies) / wall, 1),
-            "errors": errors, "versions": dict(versions), "explained": explained}
 
 
 def _in_process(warmup: list[bytes], measured: list[bytes], consumed: int) -> dict[str, Any]:
@@ -301,26 +203,20 @@ def _highest_rate(url: str, path: str, bodies: Callable[[int, float], list[bytes
     return load.highest_rate_under(P99_LIMIT_MS, measure, ladder, BISECTIONS)
 
 
-def _ours_ready(version: int, consumed: int) -> Callable[[httpx.Response], bool]:
-    """/health says: ``version`` is live and the history (``consumed`` records) is in the features."""
-    return lambda r: (r.status_code == 200 and r.json()["model"]["version"] == version
-                      and sum(r.json()["stream"]["consumed"].values()) >= consumed)
-
-
 def _explain_every_payment(work: Path, env: dict[str, str], warmup: list[bytes], measured: list[bytes], version: int,
                            consumed: int) -> dict[str, Any]:
     """Ours again (a fresh process, same history, same payments) with ``explain_min_score = 0``:
     what occlusion on every payment would cost."""
-    conf = _conf_dir(work, "conf-explain-all", explain_min_score=0.0)
+    conf = conf_dir(work, "conf-explain-all", explain_min_score=0.0)
     with ServerProcess.fraudctl_serve({**env, ENV_VAR_CONF_DIR: str(conf)}, work / "ours-explain-all.log") as ours:
-        ours.wait_until("/health", _ours_ready(version, consumed), START_TIMEOUT_S)
-        asyncio.run(_load(f"{ours.url}/score", warmup))
-        return asyncio.run(_load(f"{ours.url}/score", measured))
+        ours.wait_until("/health", ready_when(version, consumed), START_TIMEOUT_S)
+        load.closed_loop(HOST, ours.port, "/score", warmup, CONCURRENCY)
+        return load.closed_loop(HOST, ours.port, "/score", measured, CONCURRENCY)
 
 
 def _bodies(today: pd.DataFrame, features: pd.DataFrame) -> tuple[list[bytes], list[bytes]]:
     """The same payments for both: raw events for ours, their feature rows for mlflow serve."""
-    ours = [json.dumps(r).encode() for r in _records(today)]
+    ours = [json.dumps(r).encode() for r in records(today)]
     rows = features.set_index("transaction_id").loc[today["transaction_id"], list(fd.FEATURE_COLUMNS)]
     columns = list(fd.FEATURE_COLUMNS)
     theirs = [json.dumps({"dataframe_split": {"columns": columns, "data": [list(map(_plain, row))]}}).encode()
@@ -332,88 +228,51 @@ def _plain(value: Any) -> float | int:
     return int(value) if isinstance(value, np.integer) else float(value)
 
 
-@contextmanager
-def service_workspace(prefix: str) -> Iterator[tuple[Path, dict[str, str], EmbeddedBroker]]:
-    """A temporary directory ``work`` whose state and conf directories this process and the services
-    it starts use (the environment is restored after), the environment to start them with, and an
-    embedded broker on a free port (stopped after)."""
-    saved = {k: os.environ.get(k) for k in (ENV_VAR_STATE_DIR, ENV_VAR_CONF_DIR, "MLFLOW_TRACKING_URI",
-                                            "KAFKA_BOOTSTRAP_SERVERS")}
-    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
-        work = Path(tmp)
-        os.environ.pop("MLFLOW_TRACKING_URI", None)
-        os.environ.update({ENV_VAR_STATE_DIR: str(work / "state"), ENV_VAR_CONF_DIR: str(_conf_dir(work))})
-        env = dict(os.environ)
-        broker = EmbeddedBroker("127.0.0.1", free_port(), work / "broker.log")
-        broker.start()
-        try:
-            yield work, env, broker
-        finally:
-            broker.stop()
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
-
-
 def run(quick: bool) -> dict[str, Any]:
     with service_workspace("bench-scoring-") as (work, env, broker):
         return _run(work, env, broker, REQUESTS[quick], quick)
 
 
 def _run(work: Path, env: dict[str, str], broker: EmbeddedBroker, n: int, quick: bool) -> dict[str, Any]:
-    kafka = KafkaConfig(bootstrap_servers=broker.bootstrap_servers)
-    env["KAFKA_BOOTSTRAP_SERVERS"] = os.environ["KAFKA_BOOTSTRAP_SERVERS"] = broker.bootstrap_servers
-    broker.create_topics(kafka.topics(), kafka.partitions)
-    sim = simulate(SimulationConfig(seed=3, start_date="2026-03-01", days=HISTORY_DAYS + 1,
-                                    num_cards=CARDS[quick], num_merchants=400))
-    params = load_ingest_config("dev").features
-    features = build_feature_frame(sim.transactions, sim.labels, params)
-    features["label"] = sim.truth["is_fraud"].astype(int).to_numpy()
-    last_day = sim.transactions["event_time"].str[:10] == sim.transactions["event_time"].str[:10].max()
-    lone_n = LONE_REQUESTS[quick]
-    history, today = sim.transactions[~last_day], sim.transactions[last_day].head(WARMUP_REQUESTS + n + lone_n)
-    if len(today) < WARMUP_REQUESTS + n + lone_n:
-        raise RuntimeError(f"the simulated day has {len(today)} payments; {WARMUP_REQUESTS + n + lone_n} are needed")
-    labels = sim.labels[sim.labels["reported_at"] < today["event_time"].min()]
+    served = publish_history(broker, CARDS[quick])
+    needed = WARMUP_REQUESTS + n + LONE_REQUESTS[quick]
+    today = served.today.head(needed)
+    if len(today) < needed:
+        raise RuntimeError(f"the simulated day has {len(today)} payments; {needed} are needed")
 
     jitter = _cpu_jitter()  # before any server runs: the machine's noise floor alone
     registry = RegistryConfig()
     torch.set_num_threads(1)
-    champion = _train(features[~last_day.to_numpy()], seed=0)
-    single_row = _single_row_ms(champion, features[last_day.to_numpy()])
-    v1 = _register(registry, champion, work)
-    v2 = _register(registry, _train(features[~last_day.to_numpy()], seed=1), work)
-    client = connect(registry)
-    client.set_registered_model_alias(registry.model_name, CHAMPION, str(v1))
-    for kind, records, topic in ((Kind.TRANSACTION, _records(history), kafka.transactions_topic),
-                                 (Kind.LABEL, _records(labels), kafka.labels_topic)):
-        report = publish_records(kafka, topic, kind, records)
-        assert report.ok, report.errors
+    champion = train_model(served.history_features, seed=0)
+    single_row = _single_row_ms(champion, served.today_features)
+    v1 = register_model(registry, champion, work)
+    v2 = register_model(registry, train_model(served.history_features, seed=1), work)
+    client = connect(registry)  # kept for the mid-run alias move
+    set_champion(registry, v1, client)
 
     mlflow_port = free_port()
     mlflow_cmd = [str(Path(sys.executable).parent / "mlflow"), "models", "serve",
                   "-m", f"models:/{registry.model_name}@{CHAMPION}", "--env-manager", "local",
-                  "-h", "127.0.0.1", "-p", str(mlflow_port)]
+                  "-h", HOST, "-p", str(mlflow_port)]
     mlflow_env = _mlflow_env(env, resolved_tracking_uri(registry))
-    ours_bodies, mlflow_bodies = _bodies(today, features)
+    ours_bodies, mlflow_bodies = _bodies(today, served.features)
     warmup, measured, lone = (slice(0, WARMUP_REQUESTS), slice(WARMUP_REQUESTS, WARMUP_REQUESTS + n),
                               slice(WARMUP_REQUESTS + n, None))
-    consumed = len(history) + len(labels)
-    in_process = _in_process(ours_bodies[warmup], ours_bodies[lone], consumed)  # alone on the machine
+    in_process = _in_process(ours_bodies[warmup], ours_bodies[lone], served.consumed)  # alone on the machine
     with ServerProcess.fraudctl_serve(env, work / "ours.log") as ours, \
             ServerProcess(mlflow_cmd, mlflow_env, work / "mlflow.log", mlflow_port) as theirs:
-        ours.wait_until("/health", _ours_ready(v1, consumed), START_TIMEOUT_S)
+        ours.wait_until("/health", ready_when(v1, served.consumed), START_TIMEOUT_S)
         theirs.wait_until("/ping", timeout_s=START_TIMEOUT_S)
         ours_url, mlflow_url = ours.url, theirs.url
-        asyncio.run(_load(f"{ours_url}/score", ours_bodies[warmup]))
-        asyncio.run(_load(f"{mlflow_url}/invocations", mlflow_bodies[warmup]))
-        lone_result = load.sequential("127.0.0.1", ours.port, "/score", ours_bodies[lone])
-        ours_result = asyncio.run(_load(f"{ours_url}/score", ours_bodies[measured]))
-        mlflow_result = asyncio.run(_load(f"{mlflow_url}/invocations", mlflow_bodies[measured]))
-        open_loop = _open_loop_runs(ours_url, _records(today), quick)
-        rates = {"ours": _highest_rate(ours_url, "/score", lambda k, rate: load.fresh_bodies(_records(today), k,
+        load.closed_loop(HOST, ours.port, "/score", ours_bodies[warmup], CONCURRENCY)
+        load.closed_loop(HOST, theirs.port, "/invocations", mlflow_bodies[warmup], CONCURRENCY)
+        lone_result = load.sequential(HOST, ours.port, "/score", ours_bodies[lone])
+        ours_result = load.closed_loop(HOST, ours.port, "/score", ours_bodies[measured], CONCURRENCY)
+        mlflow_result = load.closed_loop(HOST, theirs.port, "/invocations", mlflow_bodies[measured],
+                                         CONCURRENCY)
+        today_records = records(today)
+        open_loop = _open_loop_runs(ours_url, today_records, quick)
+        rates = {"ours": _highest_rate(ours_url, "/score", lambda k, rate: load.fresh_bodies(today_records, k,
                                                                                            f"ladder{rate}"),
                                        LADDER["ours"], quick),
                  "mlflow_serve": _highest_rate(mlflow_url, "/invocations",
@@ -422,21 +281,23 @@ def _run(work: Path, env: dict[str, str], broker: EmbeddedBroker, n: int, quick:
 
         def move_alias(done: int) -> None:
             if done == n // 3:
-                client.set_registered_model_alias(registry.model_name, CHAMPION, str(v2))
+                set_champion(registry, v2, client)
 
         # The same payments again (the service ignores ids it holds, so features are unchanged), and
         # again until v2 has answered a third as many as were sent: the alias poll is the configured one.
-        swap = asyncio.run(_load(f"{ours_url}/score", ours_bodies[measured], move_alias,
-                                 more=lambda versions: versions[v2] < n // 3))
+        swap = load.closed_loop(HOST, ours.port, "/score", ours_bodies[measured], CONCURRENCY,
+                                on_progress=move_alias, more=lambda versions: versions[v2] < n // 3,
+                                max_factor=SWAP_MAX_REQUESTS_FACTOR)
         health = httpx.get(f"{ours_url}/health").json()
-    explain_all = _explain_every_payment(work, env, ours_bodies[warmup], ours_bodies[measured], v2, consumed)
+    explain_all = _explain_every_payment(work, env, ours_bodies[warmup], ours_bodies[measured], v2,
+                                         served.consumed)
     for result in (ours_result, mlflow_result, explain_all):
         result.pop("versions")
     mlflow_result.pop("explained")
     highest = {name: r["highest_rate"] for name, r in rates.items()}
     return {
         "concurrency": CONCURRENCY, "requests": n, "warmup_requests": WARMUP_REQUESTS,
-        "history_payments": len(history), "model": BENCH_MODEL, "model_single_row": single_row,
+        "history_payments": len(served.history), "model": BENCH_MODEL, "model_single_row": single_row,
         "machine_jitter": jitter, "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
         "lone_request_p50_ms": lone_result["p50_ms"], "lone_request_p99_ms": lone_result["p99_ms"],
         "in_process_score_p50_ms": in_process["p50_ms"], "in_process_score_p99_ms": in_process["p99_ms"],

@@ -1,10 +1,10 @@
 """``fraudctl bench soak``: a bounded soak of ``fraudctl serve``, open loop, with a model swap and a rules refresh.
 
-The set-up of :mod:`pipeline.bench.scoring` (embedded broker, a simulated history on the topics, a
-model of the production architecture; its helpers, not a copy), with two versions registered: v1
-champion, v2 for the swap. One ``fraudctl serve`` on conf/dev (an admin token set) gets
-``RATE`` requests/s for ``SECONDS`` (open loop, :func:`.load.open_loop`: latency from each request's
-scheduled send; every request a payment the service has not seen). Half-way, the champion alias moves
+The serving benchmarks' set-up (:mod:`.served_history`: embedded broker, a simulated history on the
+topics, a model of the production architecture), with two versions registered: v1 champion, v2 for
+the swap. One ``fraudctl serve`` on conf/dev (an admin token set) gets ``RATE`` requests/s for
+``SECONDS`` (open loop, :func:`.load.open_loop`: latency from each request's scheduled send; every
+request a payment the service has not seen). Half-way, the champion alias moves
 to v2 and ``POST /admin/reload`` makes it live at once, then a new rules file is written and
 ``POST /admin/rules/refresh`` reads it.
 
@@ -20,7 +20,6 @@ one simulated day never reaches.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import threading
 import time
@@ -30,18 +29,23 @@ from typing import Any
 import httpx
 import torch
 
-from pipeline.bench import load, scoring
-from pipeline.contract import Kind
-from pipeline.features.frame import build_feature_frame
-from pipeline.ingest.config import load_ingest_config
+from pipeline.bench import load
+from pipeline.bench.served_history import (
+    CONCURRENCY,
+    START_TIMEOUT_S,
+    WARMUP_REQUESTS,
+    publish_history,
+    ready_when,
+    records,
+    register_model,
+    service_workspace,
+    set_champion,
+    train_model,
+)
 from pipeline.kafka.broker import EmbeddedBroker
-from pipeline.kafka.producer import publish_records
-from pipeline.kafka.settings import KafkaConfig
 from pipeline.registry.config import RegistryConfig
-from pipeline.registry.store import CHAMPION, connect
 from pipeline.serving.config import ADMIN_TOKEN_ENV, load_serving_config
 from pipeline.serving.process import HOST, ServerProcess
-from pipeline.simulation import SimulationConfig, simulate
 
 RATE = 300.0  # requests/s
 SECONDS = {False: 600.0, True: 60.0}
@@ -51,36 +55,23 @@ ADMIN_TOKEN = "bench-soak"
 
 
 def run(quick: bool) -> dict[str, Any]:
-    with scoring.service_workspace("bench-soak-") as (work, env, broker):
+    with service_workspace("bench-soak-") as (work, env, broker):
         return _run(work, env, broker, quick)
 
 
-def _prepare(env: dict[str, str], broker: EmbeddedBroker, work: Path, quick: bool
+def _prepare(broker: EmbeddedBroker, work: Path, quick: bool
              ) -> tuple[list[dict[str, Any]], list[bytes], tuple[int, int], int]:
     """History on the topics, v1 (champion) and v2 registered; the next day's payments, warm-up
     bodies, the two versions and the number of records a ready service has consumed."""
-    kafka = KafkaConfig(bootstrap_servers=broker.bootstrap_servers)
-    env["KAFKA_BOOTSTRAP_SERVERS"] = broker.bootstrap_servers
-    broker.create_topics(kafka.topics(), kafka.partitions)
-    sim = simulate(SimulationConfig(seed=3, start_date="2026-03-01", days=scoring.HISTORY_DAYS + 1,
-                                    num_cards=CARDS[quick], num_merchants=400))
-    features = build_feature_frame(sim.transactions, sim.labels, load_ingest_config("dev").features)
-    features["label"] = sim.truth["is_fraud"].astype(int).to_numpy()
-    day = sim.transactions["event_time"].str[:10]
-    last = (day == day.max()).to_numpy()
-    history, today = sim.transactions[~last], sim.transactions[last]
-    labels = sim.labels[sim.labels["reported_at"] < today["event_time"].min()]
+    served = publish_history(broker, CARDS[quick])
     registry = RegistryConfig()
     torch.set_num_threads(1)
-    versions = (scoring._register(registry, scoring._train(features[~last], seed=0), work),
-                scoring._register(registry, scoring._train(features[~last], seed=1), work))
-    connect(registry).set_registered_model_alias(registry.model_name, CHAMPION, str(versions[0]))
-    for kind, records, topic in ((Kind.TRANSACTION, scoring._records(history), kafka.transactions_topic),
-                                 (Kind.LABEL, scoring._records(labels), kafka.labels_topic)):
-        assert publish_records(kafka, topic, kind, records).ok
-    records = scoring._records(today)
-    warmup = load.fresh_bodies(records, scoring.WARMUP_REQUESTS, "warmup")
-    return records, warmup, versions, len(history) + len(labels)
+    versions = (register_model(registry, train_model(served.history_features, seed=0), work),
+                register_model(registry, train_model(served.history_features, seed=1), work))
+    set_champion(registry, versions[0])
+    payments = records(served.today)
+    warmup = load.fresh_bodies(payments, WARMUP_REQUESTS, "warmup")
+    return payments, warmup, versions, served.consumed
 
 
 class RssSampler:
@@ -120,7 +111,7 @@ def _swap_and_refresh(url: str, registry: RegistryConfig, to_version: int, rules
     rules file read through /admin/rules/refresh; their answers go into ``answers``."""
     headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
     with httpx.Client(base_url=url, headers=headers, timeout=30.0) as admin:
-        connect(registry).set_registered_model_alias(registry.model_name, CHAMPION, str(to_version))
+        set_champion(registry, to_version)
         started = time.monotonic()
         reload = admin.post("/admin/reload")
         answers["swap"] = {"status": reload.status_code, "seconds": round(time.monotonic() - started, 3),
@@ -145,16 +136,16 @@ def _per_minute(samples: list[tuple[float, float, int]]) -> list[dict[str, Any]]
 
 
 def _run(work: Path, env: dict[str, str], broker: EmbeddedBroker, quick: bool) -> dict[str, Any]:
-    records, warmup, (v1, v2), consumed = _prepare(env, broker, work, quick)
+    payments, warmup, (v1, v2), consumed = _prepare(broker, work, quick)
     env[ADMIN_TOKEN_ENV] = ADMIN_TOKEN
     seconds = SECONDS[quick]
-    bodies = load.fresh_bodies(records, int(RATE * seconds), "soak")
+    bodies = load.fresh_bodies(payments, int(RATE * seconds), "soak")
     registry = RegistryConfig()
     rules_file = load_serving_config(path=work / "conf" / "serving.toml").rules.file()
     answers: dict[str, Any] = {}
     with ServerProcess.fraudctl_serve(env, work / "ours.log") as ours:
-        ours.wait_until("/health", scoring._ours_ready(v1, consumed), scoring.START_TIMEOUT_S)
-        asyncio.run(scoring._load(f"{ours.url}/score", warmup))
+        ours.wait_until("/health", ready_when(v1, consumed), START_TIMEOUT_S)
+        load.closed_loop(HOST, ours.port, "/score", warmup, CONCURRENCY)
         started = time.monotonic()
         answers["clock"] = lambda: time.monotonic() - started
         midway = threading.Timer(seconds / 2, _swap_and_refresh, (ours.url, registry, v2, rules_file, answers))
