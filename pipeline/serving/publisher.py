@@ -5,7 +5,8 @@ full the event is dropped and counted, so a slow or absent broker cannot slow sc
 background thread drains the queue in batches every few milliseconds; it is not woken per decision
 (a wake-up per request would hand the GIL back and forth on every request). After a quarter second
 with nothing to publish it parks on an event instead of polling: an idle service then costs no
-wake-ups, and the first decision after a quiet spell wakes it once. When a challenger is
+wake-ups, and the first decision after a quiet spell wakes it once. It parks only once every
+published decision has its delivery report (the loop is what serves them). When a challenger is
 loaded in shadow mode it scores the batch's features in one forward and decides them at its own
 version's thresholds (its opinion is added to the event, and counted when it would have decided
 differently; it never decides), then hands the events to a producer with the project's settings
@@ -105,7 +106,7 @@ class ScorePublisher:
                 if producer is None:
                     self._stopping.wait(RETRY_S)
                     continue
-            batch = self._take_batch()
+            batch = self._take_batch(in_flight=len(producer) if producer is not None else 0)
             if producer is not None:
                 producer.poll(0)  # delivery reports of earlier batches
             if batch is None:
@@ -119,12 +120,13 @@ class ScorePublisher:
             if undelivered:
                 self._count("failed", undelivered)
 
-    def _take_batch(self) -> list[tuple[ScoreEvent, tuple[RuleHit, ...]]] | None:
-        """Up to BATCH queued events (none after DRAIN_INTERVAL_S idle); ``None`` once stopping and drained."""
+    def _take_batch(self, in_flight: int) -> list[tuple[ScoreEvent, tuple[RuleHit, ...]]] | None:
+        """Up to BATCH queued events (none after DRAIN_INTERVAL_S idle); ``None`` once stopping and drained.
+        Never parks while ``in_flight`` decisions await their delivery reports (only this loop polls them)."""
         if not self._queue:
             if self._stopping.is_set():
                 return None
-            if self._idle_polls * DRAIN_INTERVAL_S >= PARK_AFTER_S:
+            if in_flight == 0 and self._idle_polls * DRAIN_INTERVAL_S >= PARK_AFTER_S:
                 self._park()
             else:
                 self._idle_polls += 1
