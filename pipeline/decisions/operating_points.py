@@ -75,6 +75,9 @@ class SplitFigures:
     recall: float  # frauds flagged / frauds (NaN without frauds)
     precision: float  # frauds among the flagged (NaN when none flagged)
     block_precision: float
+    # The mean score: for a version's calibrated validation scores, the fraud rate they are calibrated
+    # at (the source prior of pipeline.decisions.prior_tracking); NaN in records written before it.
+    mean_score: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -189,7 +192,8 @@ def split_figures(labels, scores, review_threshold: float, block_threshold: floa
         review_rate=float(flagged.mean()) if y.size else nan, block_rate=float(blocked.mean()) if y.size else nan,
         recall=float(y[flagged].sum() / frauds) if frauds else nan,
         precision=float(y[flagged].mean()) if flagged.any() else nan,
-        block_precision=float(y[blocked].mean()) if blocked.any() else nan)
+        block_precision=float(y[blocked].mean()) if blocked.any() else nan,
+        mean_score=float(np.nanmean(s)) if np.isfinite(s).any() else nan)
 
 
 def choose_operating_points(labels, scores, budget: DecisionBudget, chosen_on: str = "validation") -> OperatingPoints:

@@ -24,12 +24,12 @@ frauds moves the estimate a little, hundreds move it all the way), the estimate 
 odds: a bigger one says more about the model than about the fraud rate (and is what a monitor
 should raise, not what analysts should read).
 
-Applying it in serving (not wired here): store ``pi_s`` with the model version (its calibration
-split's fraud rate, equal to the mean calibrated validation score), estimate ``pi`` each night from
-the previous day's (or week's) scores of the live model, and return ``adjust_to_prior(p, pi_s, pi)``
-as the probability. Decisions keep comparing the model's own score with the version's operating
-points (chosen on its validation scores): the adjustment is monotone, so adjusting the score and
-not the thresholds would move the review volume with every estimate. :func:`prior_corrected_scores`
+Served by :mod:`.prior_tracking`: the source prior ``pi_s`` travels with the model version (the
+mean of its calibrated validation scores), ``pi`` is estimated per UTC day from the previous days'
+live scores, and ``adjust_to_prior(p, pi_s, pi)`` is returned as the probability. Decisions keep
+comparing the model's own score with the version's operating points (chosen on its validation
+scores): the adjustment is monotone, so adjusting the score and not the thresholds would move the
+review volume with every estimate. :func:`prior_corrected_scores`
 is that schedule replayed over a scored window (what the baseline bench reports). Pure numpy, no I/O.
 """
 
@@ -52,7 +52,7 @@ def adjust_to_prior(scores, source_prior: float, target_prior: float) -> np.ndar
     return _adjust(_probabilities(scores), source_prior, target_prior)
 
 
-def estimate_prior(scores, source_prior: float, *, prior_strength: float = PRIOR_STRENGTH,
+def estimate_prior(scores, source_prior: float, *, weights=None, prior_strength: float = PRIOR_STRENGTH,
                    max_odds_ratio: float = MAX_ODDS_RATIO, max_iterations: int = MAX_ITERATIONS,
                    tolerance: float = TOLERANCE) -> float:
     """The fraud rate among the payments behind ``scores`` (calibrated probabilities at ``source_prior``),
@@ -60,19 +60,26 @@ def estimate_prior(scores, source_prior: float, *, prior_strength: float = PRIOR
     ``prior_strength`` expected frauds: (sum of adjusted scores + strength) / (rows + strength /
     source_prior), plain EM at strength 0. The result's prior odds are capped within
     ``max_odds_ratio`` of the source's. ``source_prior`` itself (no evidence of a shift) when there
-    are no scores, or EM has not settled within ``max_iterations``, or has run to 0 or 1."""
+    are no scores, or EM has not settled within ``max_iterations``, or has run to 0 or 1.
+
+    ``weights``: how many payments each score stands for (a histogram's counts, as the live tracker of
+    :mod:`.prior_tracking` keeps them); one each when None."""
     p = _probabilities(scores)
+    w = np.ones_like(p) if weights is None else np.asarray(weights, dtype=np.float64).ravel()
+    if w.shape != p.shape or not np.all(w >= 0):
+        raise ValueError(f"weights must be one non-negative count per score, got {w.shape} for {p.shape}")
     _check_prior(source_prior, "source_prior")
     if max_odds_ratio < 1 or prior_strength < 0:
         raise ValueError(f"max_odds_ratio must be >= 1 and prior_strength >= 0, got {max_odds_ratio} and "
                          f"{prior_strength}")
-    if p.size == 0:
+    rows = float(w.sum())
+    if rows == 0:
         return source_prior
     pseudo_rows = prior_strength / source_prior
     prior = source_prior
     for _ in range(max_iterations):
-        expected_frauds = float(_adjust(p, source_prior, prior).sum())
-        updated = float(np.clip((expected_frauds + prior_strength) / (p.size + pseudo_rows), PRIOR_FLOOR,
+        expected_frauds = float(_adjust(p, source_prior, prior) @ w)
+        updated = float(np.clip((expected_frauds + prior_strength) / (rows + pseudo_rows), PRIOR_FLOOR,
                                 1.0 - PRIOR_FLOOR))
         if abs(updated - prior) < tolerance:
             inside = PRIOR_FLOOR < updated < 1.0 - PRIOR_FLOOR

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Literal
 
 from pipeline.config import ConfigError, env_override, load_section
+from pipeline.decisions.prior_tracking import PriorTrackingConfig
 from pipeline.decisions.review_tracking import ReviewTrackingConfig
 from pipeline.paths import resolve_state_path
 
@@ -79,6 +80,9 @@ class DecisionConfig:
     # A version's review threshold held at its budget on its own live scores (see
     # pipeline.decisions.review_tracking); only for thresholds that come with a budget.
     review_tracking: ReviewTrackingConfig = field(default_factory=ReviewTrackingConfig)
+    # The probability served beside the score, moved to the fraud rate of the last days' live scores
+    # (see pipeline.decisions.prior_tracking); decisions stay on the score.
+    prior_tracking: PriorTrackingConfig = field(default_factory=PriorTrackingConfig)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.review_threshold <= self.block_threshold <= self.allowlist_override <= 1.0:

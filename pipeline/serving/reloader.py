@@ -29,12 +29,13 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.decisions.prior_tracking import LivePriorTracker
 from pipeline.decisions.review_tracking import ReviewThresholdTracker
 from pipeline.serving.config import DecisionConfig, ModelConfig
 from pipeline.serving.errors import ServingError
 from pipeline.serving.model_source import ModelSource
 from pipeline.serving.scorer import FeatureRow, Scorer
-from pipeline.serving.thresholds import Thresholds, review_tracker, thresholds_for
+from pipeline.serving.thresholds import Thresholds, prior_tracker, review_tracker, thresholds_for
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,7 @@ class LiveVersion:
     scorer: Scorer
     thresholds: Thresholds  # as the version ships them (or serving.toml's)
     tracker: ReviewThresholdTracker | None = None  # its review threshold held at the budget on live scores
+    prior: LivePriorTracker | None = None  # the fraud rate its probabilities are served at
 
     @property
     def version(self) -> int:
@@ -60,10 +62,22 @@ class LiveVersion:
             return self.thresholds
         return dataclasses.replace(self.thresholds, review_threshold=self.tracker.threshold)
 
-    def observe(self, scores: Sequence[float]) -> None:
-        """Feed a decided batch's scores to the tracker (after deciding it: no batch sees its own scores)."""
+    def probabilities(self, scores: Sequence[float], days: Sequence[int]) -> list[float | None]:
+        """The scores as probabilities at the live prior of each payment's UTC day (None untracked)."""
+        if self.prior is None:
+            return [None] * len(scores)
+        return [self.prior.probability(score, day) for score, day in zip(scores, days, strict=True)]
+
+    def observe(self, scores: Sequence[float], days: Sequence[int] | None = None) -> None:
+        """Feed a decided batch's scores to the trackers (after deciding it: no batch sees its own
+        scores); ``days``, the payments' UTC days, for the live prior (the shadow has none)."""
+        if self.tracker is None and (self.prior is None or days is None):
+            return
+        values = np.fromiter(scores, dtype=np.float64, count=len(scores))
         if self.tracker is not None:
-            self.tracker.observe(np.fromiter(scores, dtype=np.float64, count=len(scores)))
+            self.tracker.observe(values)
+        if self.prior is not None and days is not None:
+            self.prior.observe(np.fromiter(days, dtype=np.int64, count=len(days)), values)
 
 
 @dataclass(frozen=True)
@@ -144,6 +158,7 @@ class ModelReloader:
             fetched = self.source.fetch(version)
             thresholds = thresholds_for(version, fetched.operating_points, self.decision)
             tracker = review_tracker(thresholds, self.decision.review_tracking)
+            prior = prior_tracker(fetched.operating_points, self.decision.prior_tracking)
             lowest_review = tracker.bounds[0] if tracker else thresholds.review_threshold
             # Every payment the version flags is explained, however low its review threshold goes.
             scorer = Scorer(fetched.model, version, self.config.explain_top_k,
@@ -156,7 +171,7 @@ class ModelReloader:
             self._record_failure(version, f"{type(exc).__name__}: {exc}", "failure")
             return False
         previous = self._active
-        self._active = LiveVersion(scorer, thresholds, tracker)  # the swap: one reference assignment
+        self._active = LiveVersion(scorer, thresholds, tracker, prior)  # the swap: one reference assignment
         self._retry.pop(version, None)
         self.loads["success"] += 1
         log.info("%s: version %s live (was %s), loaded in %.2fs; review >= %.4g, block >= %.4g (%s)", self.alias,
@@ -180,5 +195,6 @@ class ModelReloader:
                 "thresholds": active.deciding().to_dict() if active else None,
                 "review_tracking": (active.tracker.describe() if active.tracker else {"mode": "fixed"}) if active
                 else None,
+                "prior_tracking": (active.prior.describe() if active.prior else {"mode": "off"}) if active else None,
                 "pinned": self.pinned, "loads": dict(self.loads),
                 "last_error": self.last_error.to_dict() if self.last_error else None}

@@ -47,6 +47,9 @@ class ScoreEvent:
     # existed): what the monitor measures recall and precision at, whatever the rules decided.
     review_threshold: float | None = None
     block_threshold: float | None = None
+    # The score as a probability at the live fraud prior (pipeline.decisions.prior_tracking); None
+    # when the version does not track one.
+    probability: float | None = None
 
     def to_json(self) -> bytes:
         # Not dataclasses.asdict(self): it deep-copies the features of every decision first.

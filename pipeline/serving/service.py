@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from pipeline.contract import format_rfc3339
+from pipeline.decisions.prior_tracking import utc_day
 from pipeline.features.online import Payment
 from pipeline.features.params import FeatureParams
 from pipeline.kafka.settings import KafkaConfig
@@ -76,11 +77,15 @@ class ScoreResult:
     decision: Decision
     model_version: int
     reasons: Reasons
+    # The score at the live fraud prior (pipeline.decisions.prior_tracking): what an analyst reads as
+    # the chance of fraud. None when the version tracks no prior (the score is then the probability).
+    probability: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         r = self.reasons
-        return {"transaction_id": self.transaction_id, "score": self.score, "decision": self.decision.value,
-                "model_version": self.model_version,
+        return {"transaction_id": self.transaction_id, "score": self.score,
+                "probability": self.score if self.probability is None else self.probability,
+                "decision": self.decision.value, "model_version": self.model_version,
                 "reasons": {"decided_by": r.decided_by, "rules": list(r.rules), "thresholds": list(r.thresholds),
                             "top_features": [a.to_dict() for a in r.top_features]}}
 
@@ -180,14 +185,18 @@ class ScoringService:
         scored_at = format_rfc3339(datetime.now(UTC))
         scores = live.scorer.score_many(rows)
         thresholds = live.deciding()  # one pair for the whole batch, its decisions and its counts
-        results = [self._decide(live, thresholds, rules, event, payment, features, scored, scored_at)
-                   for event, payment, features, scored in zip(events, payments, rows, scores, strict=True)]
+        days = [utc_day(p.ts_us) for p in payments]
+        probabilities = live.probabilities([s.score for s in scores], days)
+        results = [self._decide(live, thresholds, rules, event, payment, features, scored, probability, scored_at)
+                   for event, payment, features, scored, probability
+                   in zip(events, payments, rows, scores, probabilities, strict=True)]
         self._count_rates(thresholds, scores)
-        live.observe([s.score for s in scores])
+        live.observe([s.score for s in scores], days)
         return results
 
     def _decide(self, live: LiveVersion, thresholds: Thresholds, rules: RuleSet, event: dict[str, Any],
-                payment: Payment, features: dict[str, float | int], scored: Scored, scored_at: str) -> ScoreResult:
+                payment: Payment, features: dict[str, float | int], scored: Scored, probability: float | None,
+                scored_at: str) -> ScoreResult:
         hits = rules.match(payment.card_id, payment.merchant_id, event.get("device_id"))
         verdict = decide(scored.score, hits, thresholds, self.config.decision.allowlist_override)
         self.decisions.inc((("decision", verdict.decision.value), ("decided_by", verdict.decided_by),
@@ -199,9 +208,9 @@ class ScoringService:
                 model_version=live.version, score=scored.score, decision=verdict.decision.value,
                 decided_by=verdict.decided_by, rules=hit_names, thresholds=verdict.thresholds, features=features,
                 scored_at=scored_at, review_threshold=thresholds.review_threshold,
-                block_threshold=thresholds.block_threshold), hits)
+                block_threshold=thresholds.block_threshold, probability=probability), hits)
         return ScoreResult(payment.transaction_id, scored.score, verdict.decision, live.version,
-                           Reasons(verdict.decided_by, hit_names, verdict.thresholds, scored.top_features))
+                           Reasons(verdict.decided_by, hit_names, verdict.thresholds, scored.top_features), probability)
 
     def _count_rates(self, thresholds: Thresholds, scores: Sequence[Scored]) -> None:
         """The batch's scores crossing the version's thresholds (not its decisions) into the rate ring."""

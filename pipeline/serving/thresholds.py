@@ -26,10 +26,12 @@ what the realised review rate is judged against; explicit thresholds have none.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pipeline.decisions.operating_points import DecisionBudget, OperatingPoints
+from pipeline.decisions.prior_tracking import LivePriorTracker, PriorTrackingConfig
 from pipeline.decisions.review_tracking import ReviewThresholdTracker, ReviewTrackingConfig
 from pipeline.serving.config import DecisionConfig
 from pipeline.serving.errors import ModelRejected
@@ -92,6 +94,16 @@ def thresholds_for(version: int, points: OperatingPoints | None, config: Decisio
         f"version {version} ships no operating points: deciding with serving.toml's review_threshold "
         f"{config.review_threshold:g} and block_threshold {config.block_threshold:g}, which no review budget "
         "backs (the review rate is not checked); register a version finalised with a [decisions] budget"))
+
+
+def prior_tracker(points: OperatingPoints | None, config: PriorTrackingConfig) -> LivePriorTracker | None:
+    """The live prior of a version whose operating points record the mean of its calibrated
+    validation scores (its source prior), under ``mode = "trailing_days"``; None otherwise (a version
+    packaged before they recorded it serves its scores as probabilities, as before)."""
+    source = points.validation.mean_score if points is not None and points.validation is not None else math.nan
+    if config.mode != "trailing_days" or not 0.0 < source < 1.0:
+        return None
+    return LivePriorTracker(source, config)
 
 
 def review_tracker(thresholds: Thresholds, config: ReviewTrackingConfig) -> ReviewThresholdTracker | None:

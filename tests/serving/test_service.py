@@ -8,11 +8,14 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from datetime import date
 from statistics import mean
 
 import pytest
 from fastapi.testclient import TestClient
 
+from pipeline.decisions.prior_shift import adjust_to_prior, estimate_prior
+from pipeline.decisions.prior_tracking import PriorTrackingConfig
 from pipeline.decisions.review_tracking import ReviewTrackingConfig
 from pipeline.registry.aliases import advance_champion
 from pipeline.registry.config import RegistryConfig
@@ -300,3 +303,57 @@ def test_a_version_whose_live_scores_drifted_is_held_at_its_budget_by_the_tracke
     budget = SHIPPED_BUDGET.review_rate
     assert shares["fixed"] < budget / 2
     assert shares["live_quantile"] == pytest.approx(budget, rel=0.2)
+
+
+def test_probabilities_are_served_at_the_fraud_rate_of_the_previous_days(serving_config, make_service, config, client,
+                                                                          shipped, events):
+    # The shifted model's scores run far above its validation fraud rate on these days: its scores, read
+    # as probabilities, overstate fraud; at the previous day's estimated prior they should not.
+    points = shipped.shifted_points
+    make_champion(config, client, shipped.shifted, points)
+    source = points.validation.mean_score
+    tracking = PriorTrackingConfig(lookback_days=1, min_scores=200)
+    by_day: dict[str, list[dict]] = {}
+    for e in events:
+        by_day.setdefault(e["event_time"][:10], []).append(e)
+    days = sorted(by_day)
+    results: dict[str, list[ScoreResult]] = {}
+    service = make_service(quick(serving_config, prior_tracking=tracking))
+    service.parts.publisher = recorder = RecordingPublisher()
+    with started(service):
+        for day in days:  # a day's batches never hold an earlier day's payments
+            results[day] = score_all(service, by_day[day])
+        health = service.health()
+    first = results[days[0]]
+    assert [r.probability for r in first] == [r.score for r in first]  # nothing behind the first day yet
+    checked = 0
+    for previous, day in zip(days[:-1], days[1:], strict=False):
+        behind = [r.score for r in results[previous]]
+        if len(behind) < tracking.min_scores:
+            continue
+        checked += 1
+        prior = estimate_prior(behind, source)
+        expected = adjust_to_prior([r.score for r in results[day]], source, prior)
+        assert [r.probability for r in results[day]] == pytest.approx(list(expected), abs=3e-3)  # histogram bins
+    assert checked >= 5
+    last = results[days[-1]]
+    assert mean(r.probability for r in last) < mean(r.score for r in last)  # the shift's excess taken out
+    assert [r.to_dict()["probability"] for r in last] == [r.probability for r in last]
+    assert {e.probability for e in recorder.events[-len(last):]} == {r.probability for r in last}
+    shown = health["model"]["prior_tracking"]
+    assert shown["correcting"] and shown["source_prior"] == source and shown["day"] == days_since_epoch(days[-1])
+
+
+def test_without_prior_tracking_the_probability_is_the_score(serving_config, make_service, config, client, shipped,
+                                                             events):
+    make_champion(config, client, shipped.shifted, shipped.shifted_points)
+    service = make_service(quick(serving_config, prior_tracking=PriorTrackingConfig(mode="off", min_scores=1)))
+    with started(service):
+        results = score_all(service, events[:1000]) + score_all(service, events[-500:])
+        health = service.health()
+    assert all(r.probability is None and r.to_dict()["probability"] == r.score for r in results)
+    assert health["model"]["prior_tracking"] == {"mode": "off"}
+
+
+def days_since_epoch(day: str) -> int:
+    return (date.fromisoformat(day) - date(1970, 1, 1)).days

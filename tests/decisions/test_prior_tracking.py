@@ -1,0 +1,72 @@
+"""The live prior tracker: the bench's nightly schedule run online, from histograms, with the
+source prior standing until enough scores are seen."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pipeline.config import ConfigError
+from pipeline.decisions.prior_shift import estimate_prior, prior_corrected_scores
+from pipeline.decisions.prior_tracking import DAY_US, LivePriorTracker, PriorTrackingConfig, utc_day
+from tests.decisions.test_prior_shift import _calibrated_sample
+
+SOURCE = 0.04
+DAY0 = 20_500  # days since the epoch (2026-02-16)
+
+
+def _weeks(rng: np.random.Generator, rates: list[float], per_day: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    days, labels, scores = [], [], []
+    for i, rate in enumerate(rates):
+        y, p = _calibrated_sample(rng, per_day, rate, source_prior=SOURCE)
+        days.append(np.full(per_day, DAY0 + i)), labels.append(y), scores.append(p)
+    return np.concatenate(days), np.concatenate(labels), np.concatenate(scores)
+
+
+def test_online_estimates_match_the_replayed_schedule_from_exact_scores() -> None:
+    rng = np.random.default_rng(11)
+    rates = [0.04] * 3 + [0.08] * 4 + [0.02] * 4  # the fraud rate moves twice
+    days, _, scores = _weeks(rng, rates, 4000)
+    tracker = LivePriorTracker(SOURCE, PriorTrackingConfig(lookback_days=3, min_scores=1))
+    served = np.empty_like(scores)
+    for day in np.unique(days):  # a day is scored (at the prior of the days before it), then counted
+        rows = days == day
+        served[rows] = [tracker.probability(s, int(day)) for s in scores[rows]]
+        tracker.observe(days[rows], scores[rows])
+    replayed = prior_corrected_scores(days.astype("datetime64[D]"), scores, SOURCE, 3)
+    # Histogram bins of ~0.024 log-odds move the estimate a little, never the ranking.
+    np.testing.assert_allclose(served, replayed, atol=2e-3)
+    assert tracker.prior(DAY0 + 11) == pytest.approx(estimate_prior(scores[days >= DAY0 + 8], SOURCE), rel=5e-3)
+    assert tracker.prior(DAY0 + 11) < 0.03 and tracker.prior(DAY0 + 7) > 0.06  # it followed both moves
+
+
+def test_the_source_prior_stands_until_the_lookback_holds_min_scores() -> None:
+    rng = np.random.default_rng(2)
+    _, high = _calibrated_sample(rng, 5000, 0.12, source_prior=SOURCE)
+    tracker = LivePriorTracker(SOURCE, PriorTrackingConfig(lookback_days=2, min_scores=6000))
+    tracker.observe(np.full(5000, DAY0), high)
+    assert tracker.prior(DAY0 + 1) == SOURCE and tracker.probability(0.3, DAY0 + 1) == 0.3
+    assert not tracker.describe()["correcting"]
+    tracker.observe(np.full(2000, DAY0), high[:2000])  # a late batch of the same day: 7000 behind DAY0 + 1 now
+    assert tracker.prior(DAY0 + 1) > 0.08
+    assert tracker.probability(0.3, DAY0 + 1) > 0.3
+    assert tracker.describe()["day"] == DAY0 and tracker.prior(DAY0) == SOURCE  # nothing before DAY0
+
+
+def test_memory_is_the_lookback_not_the_traffic() -> None:
+    tracker = LivePriorTracker(SOURCE, PriorTrackingConfig(lookback_days=7, min_scores=1))
+    for day in range(DAY0, DAY0 + 60):
+        tracker.observe(np.full(100, day), np.full(100, 0.05))
+    assert sorted(tracker._days) == list(range(DAY0 + 52, DAY0 + 60))
+    tracker.observe(np.array([DAY0]), np.array([0.5]))  # far too late to matter: dropped at once
+    assert DAY0 not in tracker._days
+
+
+def test_utc_day_and_config_errors() -> None:
+    assert utc_day(DAY0 * DAY_US) == DAY0 and utc_day(DAY0 * DAY_US - 1) == DAY0 - 1
+    with pytest.raises(ConfigError, match="lookback_days"):
+        PriorTrackingConfig(lookback_days=0)
+    with pytest.raises(ConfigError, match="mode"):
+        PriorTrackingConfig(mode="nightly")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="source_prior"):
+        LivePriorTracker(0.0, PriorTrackingConfig())
