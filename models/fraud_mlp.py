@@ -9,7 +9,9 @@ adapter on its input and a per-member output unit; each member is trained on its
 (``forward(..., per_member=True)``) and the model scores with the mean of the members' logits.
 
 Everything needed to score lives inside the module as tensors: normalisation statistics, bin edges,
-the calibration temperature (buffers) and the weights. Saving writes ``model.safetensors`` (tensors
+the calibration temperature (buffers) and the weights; a blended model also carries a LightGBM
+booster (:mod:`models.gbm`, saved beside the weights as text) whose weighted raw score is added to
+the calibrated logit. Saving writes ``model.safetensors`` (tensors
 only) and ``model.json`` (the architecture config); loading never unpickles objects. A config
 without ``numeric_bins`` / ``ensemble_size`` (a model saved before they existed) loads as the plain
 standardised-input, single-output model it was.
@@ -27,6 +29,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from models.gbm import GbmTerm, load_gbm_term, remove_gbm_term, save_gbm_term
 from models.piecewise_linear import PiecewiseLinearEncoding
 
 WEIGHTS_FILE = "model.safetensors"
@@ -147,6 +150,8 @@ class FraudModel(nn.Module):
             self.member_scale = nn.Parameter(signs)
         self.blocks = nn.Sequential(*(ResidualBlock(config.hidden_dim, config.dropout) for _ in range(config.num_blocks)))
         self.head = nn.Sequential(nn.LayerNorm(config.hidden_dim), MemberHeads(config.ensemble_size, config.hidden_dim))
+        # A blended model's boosted term (models.gbm), added to the calibrated logit; None: network only.
+        self.gbm: GbmTerm | None = None
 
     def set_normalization(self, mean: torch.Tensor, std: torch.Tensor) -> None:
         self.num_mean.copy_(mean)
@@ -173,10 +178,23 @@ class FraudModel(nn.Module):
         logits = self.head(self.blocks(h))  # [B, k]
         return logits if per_member else logits.mean(-1)
 
+    def calibrated_logit(self, numeric: torch.Tensor, categorical: torch.Tensor) -> torch.Tensor:
+        """The network's calibrated log-odds (the boosted term of a blend not included): what the
+        scorer traces into a graph."""
+        return self.forward(numeric, categorical) / self.temperature
+
+    def gbm_logit(self, numeric: torch.Tensor, categorical: torch.Tensor) -> torch.Tensor | None:
+        """The boosted term of a blend per row (float32, CPU), None for a network-only model."""
+        if self.gbm is None:
+            return None
+        return torch.from_numpy(self.gbm.logit(numeric.cpu().numpy(), categorical.cpu().numpy())).float()
+
     @torch.no_grad()
     def predict_proba(self, numeric: torch.Tensor, categorical: torch.Tensor) -> torch.Tensor:
-        """Calibrated fraud probability per row (eval mode is the caller's job)."""
-        return torch.sigmoid(self.forward(numeric, categorical) / self.temperature)
+        """Calibrated fraud probability per row, the boosted term included (eval mode is the caller's job)."""
+        logit = self.calibrated_logit(numeric, categorical)
+        boosted = self.gbm_logit(numeric, categorical)
+        return torch.sigmoid(logit if boosted is None else logit + boosted.to(logit.device))
 
 
 def frame_to_tensors(frame, config: FraudModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
@@ -205,6 +223,10 @@ def save_model(model: FraudModel, directory: Path) -> None:
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     save_file(state, str(directory / WEIGHTS_FILE))
     (directory / CONFIG_FILE).write_text(model.config.to_json())
+    if model.gbm is not None:
+        save_gbm_term(model.gbm, directory)
+    else:  # a network-only model saved over a blend must not load back as one
+        remove_gbm_term(directory)
 
 
 def load_model(directory: Path) -> FraudModel:
@@ -213,4 +235,5 @@ def load_model(directory: Path) -> FraudModel:
     config = FraudModelConfig.from_json((directory / CONFIG_FILE).read_text())
     model = FraudModel(config)
     model.load_state_dict(load_file(str(directory / WEIGHTS_FILE)))
+    model.gbm = load_gbm_term(directory)
     return model.eval()

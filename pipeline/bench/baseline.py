@@ -39,6 +39,7 @@ from pipeline.bench.train import BENCH_MODEL
 from pipeline.datasets.manifest import DatasetManifest
 from pipeline.datasets.reader import read_split
 from pipeline.paths import state_dir
+from pipeline.training.config import load_train_config
 from pipeline.training.launch import Torchrun, train_pinned
 from pipeline.training.run_dir import RunDir, RunSummary
 
@@ -46,12 +47,6 @@ SEEDS = (1, 2, 3)
 FIGURES = ("auc_roc", "average_precision", "card_precision_at_100", "recall_at_1pct_fpr", "ece", "ece_validation",
            "ece_test_prior_corrected", "train_s")
 MAX_TEST_ECE = 0.02
-# One thread: on shared cores LightGBM's OpenMP threads spin-wait, and 2 threads ran 20x slower than 1 here.
-LGB_PARAMS = {"objective": "binary", "learning_rate": 0.05, "num_leaves": 63, "min_data_in_leaf": 50,
-              "feature_fraction": 0.9, "bagging_fraction": 0.8, "bagging_freq": 1, "num_threads": 1,
-              "verbose": -1}
-
-
 @dataclass(frozen=True)
 class Scored:
     """One model trained with one seed: probabilities on the holdout and on validation, training time."""
@@ -70,13 +65,15 @@ def _features(frame: pd.DataFrame, manifest: DatasetManifest) -> pd.DataFrame:
 
 
 def fit_lightgbm(manifest: DatasetManifest, splits: dict[str, pd.DataFrame], seed: int, quick: bool) -> lgb.Booster:
-    """LightGBM on the train split, early-stopped on validation (the settings of LGB_PARAMS)."""
+    """LightGBM on the train split, early-stopped on validation: the settings the training job blends
+    its network with ([blend] of conf/dev, one definition)."""
     train, valid, label = splits["train"], splits["validation"], manifest.label_column
+    settings = load_train_config("dev").blend
     return lgb.train(
-        {**LGB_PARAMS, "seed": seed}, lgb.Dataset(_features(train, manifest), train[label]),
-        num_boost_round=200 if quick else 2000,
+        settings.lightgbm_params(seed), lgb.Dataset(_features(train, manifest), train[label]),
+        num_boost_round=200 if quick else settings.max_rounds,
         valid_sets=[lgb.Dataset(_features(valid, manifest), valid[label])],
-        callbacks=[lgb.early_stopping(50, verbose=False)])
+        callbacks=[lgb.early_stopping(settings.early_stopping_rounds, verbose=False)])
 
 
 def lightgbm_predict(booster: lgb.Booster, manifest: DatasetManifest, frame: pd.DataFrame) -> np.ndarray:
@@ -144,8 +141,12 @@ def train_ours(portfolio: BenchPortfolio, workdir: Path, seed: int, quick: bool)
 def ours_scores(portfolio: BenchPortfolio, splits: dict[str, pd.DataFrame], workdir: Path, seed: int,
                 quick: bool) -> Scored:
     run, summary = train_ours(portfolio, workdir, seed, quick)
+    blend = summary.blend
     return Scored(score_frame(run, portfolio.data.holdout.frame), score_frame(run, splits["validation"]),
-                  summary.wall_s, {"epochs": summary.epochs, "best_epoch": summary.best_epoch})
+                  summary.wall_s, {"epochs": summary.epochs, "best_epoch": summary.best_epoch,
+                                   "blend_kept": bool(blend and blend.kept), "gbm_weight": blend.gbm_weight if blend else 0.0,
+                                   "validation_ap_network": blend.validation_ap_network if blend else None,
+                                   "validation_ap_blend": blend.validation_ap_blend if blend else None})
 
 
 def _summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -77,7 +77,7 @@ from pipeline.registry.store import CHAMPION, connect
 from pipeline.serving.config import load_serving_config
 from pipeline.serving.heap import freeze_startup_heap
 from pipeline.serving.process import HOST, ServerProcess
-from pipeline.serving.scorer import traced_probability
+from pipeline.serving.scorer import traced_logit
 from pipeline.serving.server import service_for_env
 
 REQUESTS = {False: 3000, True: 600}  # quick: a smoke run, figures not comparable
@@ -112,7 +112,7 @@ def _single_row_ms(model: FraudModel, features: pd.DataFrame, calls: int = 2000)
         return {"p50_ms": round(float(np.percentile(timings, 50)), 3),
                 "p99_ms": round(float(np.percentile(timings, 99)), 3)}
 
-    return {**timed(traced_probability(model)), "eager": timed(model.predict_proba), "calls": len(numeric),
+    return {**timed(traced_logit(model)), "eager": timed(model.calibrated_logit), "calls": len(numeric),
             "threads": torch.get_num_threads()}
 
 

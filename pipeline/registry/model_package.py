@@ -29,7 +29,7 @@ MODEL_DIR_ARTIFACT = "model_dir"  # the key pyfunc_model.py reads from context.a
 MODEL_ARTIFACT_NAME = "model"
 OUTPUT_COLUMN = "fraud_probability"
 # What the pyfunc imports at load time; pinned to this environment's versions.
-RUNTIME_PACKAGES = ("mlflow", "torch", "safetensors", "numpy", "pandas")
+RUNTIME_PACKAGES = ("mlflow", "torch", "safetensors", "numpy", "pandas", "lightgbm")  # lightgbm: a blend's booster
 
 
 def feature_columns(numeric: Iterable[str], categorical: Iterable[str]) -> list[ColSpec]:

@@ -17,7 +17,7 @@ costs ~30x the score itself, almost all of it on payments the score lets through
 nobody reads. With the floor at the review threshold, every payment the score sends to review or
 declines is explained, at a cost proportional to how many there are.
 
-The forward runs as a frozen TorchScript graph traced from the loaded module (:func:`traced_probability`),
+The network runs as a frozen TorchScript graph traced from the loaded module (:func:`traced_logit`),
 not as the eager module: at the service's batch sizes a forward is mostly per-operator overhead, and
 eager pays it in Python, holding the GIL the event loop needs, while the graph's interpreter runs in
 C++ without it (measured: 645 -> 314 us for 8 payments, both on one thread). The graph is built from the
@@ -50,20 +50,21 @@ log = logging.getLogger(__name__)
 Forward = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-class _Probability(torch.nn.Module):
-    """``predict_proba`` as a module's forward: what gets traced."""
+class _CalibratedLogit(torch.nn.Module):
+    """``calibrated_logit`` as a module's forward: what gets traced."""
 
     def __init__(self, model: FraudModel) -> None:
         super().__init__()
         self.model = model
 
     def forward(self, numeric: torch.Tensor, categorical: torch.Tensor) -> torch.Tensor:
-        return self.model.predict_proba(numeric, categorical)
+        return self.model.calibrated_logit(numeric, categorical)
 
 
-def traced_probability(model: FraudModel) -> torch.jit.ScriptModule:
-    """``model.predict_proba`` (``model`` in eval mode) as a frozen, inference-optimised TorchScript
-    graph, for any batch size.
+def traced_logit(model: FraudModel) -> torch.jit.ScriptModule:
+    """``model.calibrated_logit`` (``model`` in eval mode: the network; a blend's booster is added
+    outside the graph, which would record its output as a constant) as a frozen, inference-optimised
+    TorchScript graph, for any batch size.
 
     Tracing records the ops of one example forward; the model's only branches are on its config
     (bins, members, embedding tables), fixed for the life of the graph, so the record is the model.
@@ -80,8 +81,8 @@ def traced_probability(model: FraudModel) -> torch.jit.ScriptModule:
         with torch.inference_mode():
             # optimize_for_inference: freezes (weights become constants), then folds and fuses what
             # it can (8 payments: another ~20% off the frozen graph's time).
-            return torch.jit.optimize_for_inference(torch.jit.trace(_Probability(model).eval(), (numeric, categorical),
-                                                                    check_trace=False))
+            return torch.jit.optimize_for_inference(torch.jit.trace(_CalibratedLogit(model).eval(),
+                                                                    (numeric, categorical), check_trace=False))
 
 
 def check_feature_schema(config: FraudModelConfig) -> None:
@@ -120,7 +121,7 @@ class Scorer:
     def __init__(self, model: FraudModel, version: int, explain_top_k: int, explain_min_score: float = 0.0) -> None:
         check_feature_schema(model.config)
         self.model = model.eval()
-        self._forward_fn: Forward = model.predict_proba
+        self._logit_fn: Forward = model.calibrated_logit
         self.forward = "eager"  # or "torchscript" once warm_up has checked the traced graph
         self.version = version
         self.loaded_at = time.time()
@@ -177,24 +178,29 @@ class Scorer:
         return out
 
     def _forward(self, numeric: np.ndarray, categorical: np.ndarray) -> list[float]:
+        """Probabilities: the network's calibrated logit (graph or eager) plus a blend's booster term,
+        as :meth:`FraudModel.predict_proba` computes them."""
         with torch.inference_mode():
-            return self._forward_fn(torch.from_numpy(numeric), torch.from_numpy(categorical)).tolist()
+            inputs = torch.from_numpy(numeric), torch.from_numpy(categorical)
+            logit = self._logit_fn(*inputs)
+            boosted = self.model.gbm_logit(*inputs)
+            return torch.sigmoid(logit if boosted is None else logit + boosted).tolist()
 
     def score_rows(self, rows: Sequence[FeatureRow]) -> list[float]:
         """Fraud probabilities of many rows in one forward (no attribution: the shadow model's path)."""
         return self._forward(*self._arrays(rows)) if rows else []
 
     def _use_traced_graph(self, rows: Sequence[FeatureRow]) -> None:
-        """Serve with :func:`traced_probability` of the model if it agrees with the eager module on
+        """Serve with :func:`traced_logit` of the model if it agrees with the eager module on
         ``rows`` (and on their occlusion blocks' missing values); else stay eager and log why."""
         try:
-            graph = traced_probability(self.model)
+            graph = traced_logit(self.model)
             numeric, categorical = self._arrays(rows)
             numeric = np.concatenate([numeric, np.full_like(numeric[:1], math.nan)])  # + an all-missing row
             categorical = np.concatenate([categorical, np.zeros_like(categorical[:1])])
             with torch.inference_mode():
                 inputs = torch.from_numpy(numeric), torch.from_numpy(categorical)
-                gap = (graph(*inputs) - self.model.predict_proba(*inputs)).abs().max().item()
+                gap = (torch.sigmoid(graph(*inputs)) - torch.sigmoid(self.model.calibrated_logit(*inputs))).abs().max().item()
         except Exception as exc:  # any tracing failure: the eager module still scores correctly
             log.warning("version %s: TorchScript tracing failed (%s); scoring with the eager module", self.version, exc)
             return
@@ -202,7 +208,7 @@ class Scorer:
             log.warning("version %s: the traced graph's scores differ from the eager module's by %s on the warm-up "
                         "rows; scoring with the eager module", self.version, gap)
             return
-        self._forward_fn, self.forward = graph, "torchscript"
+        self._logit_fn, self.forward = graph, "torchscript"
 
     def warm_up(self, rows: Sequence[FeatureRow]) -> None:
         """Score ``rows`` one by one and together (as requests will be), and explain them whatever

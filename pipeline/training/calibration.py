@@ -23,27 +23,33 @@ from models.fraud_mlp import FraudModel
 class Calibration:
     temperature: float
     logit_shift: float
+    extra_weight: float = 0.0  # weight of a second log-odds input (a blend's boosted term), 0 without one
 
 
-def fit_calibration(logits: torch.Tensor, labels: torch.Tensor, iters: int = 100) -> Calibration:
-    """Minimise the validation log-loss of ``sigmoid(a * logit + b)``; returns T = 1/a, shift = b/a.
-    Identity when the labels hold one class only (no evidence to calibrate on)."""
+def fit_calibration(logits: torch.Tensor, labels: torch.Tensor, iters: int = 100,
+                    extra: torch.Tensor | None = None) -> Calibration:
+    """Minimise the validation log-loss of ``sigmoid(a * logit + w * extra + b)`` (``w`` only with
+    ``extra``: a blend's boosted term, stacked by the same fit that calibrates); returns T = 1/a,
+    shift = b/a and w. Identity when the labels hold one class only (no evidence to calibrate on)."""
     z, y = logits.double().detach(), labels.double().detach()
     if not 0 < float(y.sum()) < y.numel():
         return Calibration(temperature=1.0, logit_shift=0.0)  # one class only: nothing to fit
+    g = torch.zeros_like(z) if extra is None else extra.double().detach()
     log_a = torch.zeros((), dtype=torch.float64, requires_grad=True)  # a = exp(log_a) > 0 keeps order
     b = torch.zeros((), dtype=torch.float64, requires_grad=True)
-    opt = torch.optim.LBFGS([log_a, b], lr=0.5, max_iter=iters, line_search_fn="strong_wolfe")
+    w = torch.zeros((), dtype=torch.float64, requires_grad=extra is not None)
+    opt = torch.optim.LBFGS([log_a, b] + ([w] if extra is not None else []), lr=0.5, max_iter=iters,
+                            line_search_fn="strong_wolfe")
 
     def closure() -> torch.Tensor:
         opt.zero_grad()
-        loss = F.binary_cross_entropy_with_logits(torch.exp(log_a) * z + b, y)
+        loss = F.binary_cross_entropy_with_logits(torch.exp(log_a) * z + w * g + b, y)
         loss.backward()
         return loss
 
     opt.step(closure)
     a = float(torch.exp(log_a.detach()))
-    return Calibration(temperature=1.0 / a, logit_shift=float(b.detach()) / a)
+    return Calibration(temperature=1.0 / a, logit_shift=float(b.detach()) / a, extra_weight=float(w.detach()))
 
 
 @torch.no_grad()

@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from models.gbm import GbmTerm, remove_gbm_term, save_gbm_term
 from pipeline.atomic import atomic_path, publish_dir
 from pipeline.training.checkpoint_layout import (
     BEST,
@@ -144,6 +145,14 @@ class Checkpointer:
         trainer_state = load_tensor_file(step_dir / TRAINER_FILE)
         own = step_dir / rank_file(self.rank)
         return trainer_state, load_tensor_file(own) if own.is_file() else None
+
+    def save_gbm(self, term: GbmTerm | None) -> None:
+        """Rank 0: store a blend's booster beside the best weights (its weight belongs with the
+        calibration saved with it), or remove one a previous finalisation stored."""
+        if term is None:
+            remove_gbm_term(self.best)
+        else:
+            save_gbm_term(term, self.best)
 
     def save_calibration(self, temperature: float, logit_shift: float) -> None:
         """Rank 0: store the fitted calibration beside the best weights (atomic file write)."""

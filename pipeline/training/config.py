@@ -47,6 +47,34 @@ class ModelConfig:
 
 
 @dataclass(frozen=True)
+class BlendConfig:
+    """``[blend]``: a LightGBM booster trained by the same job on the same rows, its raw score stacked
+    with the network's logit by the calibration fit (pipeline/training/blend.py). Kept only when it
+    ranks validation better than the network alone (average precision, by ``min_ap_gain``)."""
+
+    gbm: bool = False
+    learning_rate: float = 0.05
+    num_leaves: int = 63
+    min_data_in_leaf: int = 50
+    feature_fraction: float = 0.9
+    bagging_fraction: float = 0.8
+    bagging_freq: int = 1
+    max_rounds: int = 2000
+    early_stopping_rounds: int = 50  # on validation's log-loss
+    # One thread: on shared cores LightGBM's OpenMP threads spin-wait (2 threads ran 20x slower here).
+    num_threads: int = 1
+    max_train_rows: int = 5_000_000  # a larger train split is sampled (seeded) down to this for the booster
+    min_ap_gain: float = 0.0  # the blend must beat the network's validation AP by more than this
+
+    def lightgbm_params(self, seed: int) -> dict[str, object]:
+        """LightGBM's parameters (the baseline bench trains its LightGBM with the same)."""
+        return {"objective": "binary", "learning_rate": self.learning_rate, "num_leaves": self.num_leaves,
+                "min_data_in_leaf": self.min_data_in_leaf, "feature_fraction": self.feature_fraction,
+                "bagging_fraction": self.bagging_fraction, "bagging_freq": self.bagging_freq,
+                "num_threads": self.num_threads, "verbose": -1, "seed": seed}
+
+
+@dataclass(frozen=True)
 class OptimConfig:
     lr: float = 2e-3  # peak learning rate, reached at the end of warmup
     weight_decay: float = 1e-4
@@ -146,6 +174,7 @@ class TrainConfig:
     # The review budget the finalised model's thresholds are chosen from (on its validation split):
     # they ship with the version, so every later stage (gate, service, monitor) reads them from it.
     decisions: DecisionBudget = field(default_factory=DecisionBudget)
+    blend: BlendConfig = field(default_factory=BlendConfig)
 
 
 def _compression_checks(c: CompressionConfig) -> list[tuple[bool, str]]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from models.fraud_mlp import FraudModel, FraudModelConfig, save_model
+from models.gbm import load_gbm_term
 from pipeline.training.calibration import Calibration, apply_calibration
 from pipeline.training.checkpoint import (
     CALIBRATION_FILE,
@@ -33,6 +34,7 @@ def load_checkpoint_model(checkpoint_dir: Path, apply_stored_calibration: bool =
     if apply_stored_calibration and calibration_file.is_file():
         stored = load_tensor_file(calibration_file)
         apply_calibration(model, Calibration(float(stored["temperature"]), float(stored["logit_shift"])))
+        model.gbm = load_gbm_term(checkpoint_dir)  # a blend's booster, weighted by that same calibration
     return model.eval()
 
 

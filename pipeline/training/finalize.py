@@ -8,6 +8,7 @@ depends only on the components it uses (checkpoints, dataset, loss) and is testa
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,9 +26,10 @@ from pipeline.decisions.operating_points import (
     choose_operating_points,
     write_operating_points,
 )
+from pipeline.training.blend import blend_network
 from pipeline.training.calibration import apply_calibration, fit_calibration
 from pipeline.training.checkpoint import Checkpointer
-from pipeline.training.config import CompressionConfig
+from pipeline.training.config import BlendConfig, CompressionConfig
 from pipeline.training.evaluate import score_split, scores_table, split_metrics
 from pipeline.training.export import load_checkpoint_model
 from pipeline.training.run_dir import COMPLETED, CompressionSummary, DatasetRef, RunDir, RunSummary
@@ -60,18 +62,29 @@ def compression_summary(config: CompressionConfig) -> CompressionSummary:
 
 def finalize_run(run: RunDir, checkpointer: Checkpointer, dataset_root: Path, manifest: DatasetManifest,
                  loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-                 outcome: TrainingOutcome, budget: DecisionBudget) -> RunSummary:
+                 outcome: TrainingOutcome, budget: DecisionBudget, blend: BlendConfig = BlendConfig(),
+                 seed: int = 0) -> RunSummary:
     """Calibrate ``best/`` on the validation split, choose the operating points of ``budget`` on the
     calibrated validation scores, write model/, validation scores and summary.json.
 
-    Side effects, in order: ``best/calibration.pt``, ``model/`` (weights, then ``operating_points.json``),
+    With ``blend.gbm``, a LightGBM booster is fitted and stacked with the network by the calibration
+    fit (:mod:`.blend`); kept (in ``best/`` and ``model/``) when it ranks validation better.
+
+    Side effects, in order: ``best/calibration.pt`` (and ``best/gbm.*``), ``model/`` (weights, then ``operating_points.json``),
     ``validation_scores.parquet``, ``summary.json`` (last: its presence means the run finished).
     Returns the summary written.
     """
     model = load_checkpoint_model(checkpointer.best, apply_stored_calibration=False)
+    model.gbm = None  # refitted below (a restart finalises again from the same best weights)
     scored = score_split(model, dataset_root, manifest, "validation", 0, 1, torch.device("cpu"))
     calibration = fit_calibration(torch.from_numpy(scored.logits), torch.from_numpy(scored.labels).float())
+    blended = None
+    if blend.gbm:
+        calibration, blended, logits = blend_network(model, scored.logits, scored.labels, dataset_root, manifest,
+                                                     blend, seed, calibration)
+        scored = dataclasses.replace(scored, logits=logits)  # the blend's log-odds on the network's scale
     checkpointer.save_calibration(calibration.temperature, calibration.logit_shift)
+    checkpointer.save_gbm(model.gbm)
     apply_calibration(model, calibration)
     save_model(model, run.model)
     calibrated = split_metrics(scored, loss_fn, calibration.temperature, calibration.logit_shift)
@@ -112,6 +125,7 @@ def finalize_run(run: RunDir, checkpointer: Checkpointer, dataset_root: Path, ma
         model_dir=str(run.model),
         dataset=DatasetRef(manifest.dataset, manifest.version, manifest.content_hash),
         validation_rows=int(np.asarray(scored.labels).size),
+        blend=blended,
     )
     run.write_summary(summary)
     return summary

@@ -69,6 +69,18 @@ class CompressionSummary:
 
 
 @dataclass(frozen=True)
+class BlendSummary:
+    """What the blend step (pipeline/training/blend.py) decided."""
+
+    kept: bool  # the booster is part of the model
+    trees: int
+    gbm_weight: float  # the booster's weight in the calibrated logit (0 when not kept)
+    validation_ap_network: float
+    validation_ap_blend: float
+    train_rows: int  # rows the booster trained on
+
+
+@dataclass(frozen=True)
 class DatasetRef:
     name: str
     version: str
@@ -108,6 +120,7 @@ class RunSummary:
     model_dir: str | None = None
     dataset: DatasetRef | None = None
     validation_rows: int | None = None
+    blend: BlendSummary | None = None  # None: [blend] gbm off
 
     @property
     def completed(self) -> bool:

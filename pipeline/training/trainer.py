@@ -159,7 +159,7 @@ class Trainer:
                     train_samples=self.loop_samples, loop_seconds=self.loop_seconds, rank_stats=rank_stats,
                     world_size=self.env.world_size, backend=self.env.backend,
                     compression=self.config.compression, started_at=started),
-                self.config.decisions)
+                self.config.decisions, self.config.blend, self.config.loop.seed)
         barrier()
         return summary
 

@@ -105,11 +105,35 @@ def test_a_graph_that_fails_to_trace_or_disagrees_leaves_the_version_serving_eag
         raise RuntimeError("no TorchScript in this torch")
 
     def off_by_a_little(model):
-        return lambda numeric, categorical: model.predict_proba(numeric, categorical) + 1e-4
+        return lambda numeric, categorical: model.calibrated_logit(numeric, categorical) + 1e-4
 
     for replacement in (untraceable, off_by_a_little):
-        monkeypatch.setattr(scorer_module, "traced_probability", replacement)
+        monkeypatch.setattr(scorer_module, "traced_logit", replacement)
         scorer = Scorer(models.good, 7, explain_top_k=3)
         scorer.warm_up(rows)
         assert scorer.forward == "eager"
         assert scorer.score(rows[0]).score == factory.score_row(models.good, rows[0])
+
+
+def test_a_blend_scores_through_the_graph_and_its_booster_as_the_model_does(models):
+    import lightgbm as lgb
+    import numpy as np
+
+    from models.gbm import GbmTerm
+
+    rows = warmup_rows(factory.PARAMS, 64)
+    blend = copy.deepcopy(models.good)
+    names = (*blend.config.numeric_features, *blend.config.categorical_features)
+    x = np.array([[row[n] for n in names] for row in rows], dtype=np.float64)
+    rng = np.random.default_rng(0)
+    booster = lgb.train({"objective": "binary", "num_leaves": 4, "min_data_in_leaf": 5, "verbose": -1,
+                         "num_threads": 1}, lgb.Dataset(x, rng.integers(0, 2, len(rows))), num_boost_round=10)
+    categorical = tuple(range(len(blend.config.numeric_features), len(names)))
+    blend.gbm = GbmTerm(booster, 0.8, names, categorical, booster.current_iteration())
+    scorer = Scorer(blend, 9, explain_top_k=2)
+    scorer.warm_up(rows)
+    assert scorer.forward == "torchscript"
+    network_only = Scorer(models.good, 9, explain_top_k=0)
+    for row in rows[:8]:
+        assert scorer.score(row).score == pytest.approx(factory.score_row(blend, row), abs=1e-6)
+    assert scorer.score_rows(rows[:8]) != network_only.score_rows(rows[:8])
