@@ -7,6 +7,7 @@ Layout under the table root (``<state>/features/<raw store name>`` by default, s
     date=YYYY-MM-DD/features.parquet    # the date's rows (arrow_kernel.ROW_SCHEMA), no labels
     date=YYYY-MM-DD/fingerprint.json    # {"fingerprint": <sha256 of the date's inputs>, "rows": n, ...}
     .build-<date>-<pid>/                # a partition being written (a killed build leaves only this)
+    _lookback/                          # each date's payments coded for the kernel (lookback_cache.py)
 
 A partition is a directory published whole (:func:`pipeline.atomic.publish_dir`): a reader sees the
 previous partition or the complete new one, never a Parquet file without its fingerprint or the
@@ -30,9 +31,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.atomic import publish_dir
+from pipeline.datasets.lookback_cache import LookbackCache
 
 PARTITION_FILE = "features.parquet"
 FINGERPRINT_FILE = "fingerprint.json"
+LOOKBACK_DIR = "_lookback"
 _BUILD_PREFIX = ".build-"
 _OLD_PREFIX = ".old-"  # publish_dir's swap-out name of a partition being replaced
 
@@ -48,6 +51,11 @@ class FeatureTable:
 
     def partition_file(self, day: date) -> Path:
         return self.partition_dir(day) / PARTITION_FILE
+
+    def lookback_cache(self) -> LookbackCache:
+        """The coded payments the table's builds read their lookback from (a cache: deleting it costs
+        only time)."""
+        return LookbackCache(self.root / LOOKBACK_DIR)
 
     def fingerprint(self, day: date) -> str | None:
         """The published partition's fingerprint; None when the date has no complete partition."""

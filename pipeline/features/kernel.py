@@ -165,10 +165,9 @@ def _sorted_segment_window_counts(code: np.ndarray, ts: np.ndarray, window_us: i
     return out
 
 
-def _pair_window_count(h: CardEvents, q: CardEvents, h_value: np.ndarray, q_value: np.ndarray,
-                       times: np.ndarray, window_us: int) -> np.ndarray:
-    """Per query: history events of the same key with the same ``value`` in ``[t - w, t)``."""
-    pairs = _PairIndex(h, h_value, q.key, q_value)
+def _pair_window_count(h: CardEvents, q: CardEvents, pairs: _PairIndex, times: np.ndarray,
+                       window_us: int) -> np.ndarray:
+    """Per query: history events of the same key with the same value (``pairs``) in ``[t - w, t)``."""
     ts_sorted = h.ts_us[pairs.order]
     if q is h:  # offline: every event is a query; work in pair order and scatter back
         counts = np.empty(len(h), dtype=np.int64)
@@ -183,18 +182,17 @@ def _pair_window_count(h: CardEvents, q: CardEvents, h_value: np.ndarray, q_valu
     return np.where(code >= 0, end - start, 0).astype(np.float64)
 
 
-def _distinct_in_window(h: CardEvents, axis: _Axis, history_pos: np.ndarray, query_pos: np.ndarray,
-                        window_us: int) -> np.ndarray:
+def _distinct_in_window(h: CardEvents, merchant_pairs: _PairIndex, axis: _Axis, history_pos: np.ndarray,
+                        query_pos: np.ndarray, window_us: int) -> np.ndarray:
     """Distinct merchants among the key's events in ``[t - w, t)``.
 
     Event ``j`` stands for its merchant at query times ``t`` with ``ts_j < t <= min(ts_j + w, next_j)``
     (``next_j``: the next event of the same key and merchant): exactly one event per merchant present
     in the window. So the count is #{ts_j < t} - #{expiry_j < t}, two searchsorted calls.
     """
-    pairs = _PairIndex(h, h.merchant, h.key[:0], h.merchant[:0])
-    order = pairs.order
+    order = merchant_pairs.order
     next_ts = np.full(len(h), _NO_NEXT, dtype=np.int64)
-    same = pairs.sorted_code[1:] == pairs.sorted_code[:-1]
+    same = merchant_pairs.sorted_code[1:] == merchant_pairs.sorted_code[:-1]
     next_ts[order[:-1][same]] = h.ts_us[order[1:][same]]
     expires = np.minimum(h.ts_us + window_us, next_ts)
     expiry_pos = np.sort(axis.after(h.key, expires))
@@ -203,8 +201,23 @@ def _distinct_in_window(h: CardEvents, axis: _Axis, history_pos: np.ndarray, que
     return (started - expired).astype(np.float64)
 
 
-def card_features(history: CardEvents, queries: CardEvents) -> dict[str, np.ndarray]:
-    """Card window features of each query from the history (see the module docstring)."""
+@dataclass(frozen=True)
+class PairHistories:
+    """Parts of a card history, each still sorted by key then time, that hold every event the per-pair
+    features can count for the queries at hand. Leaving the other events out changes no value; an
+    offline caller with few queries against a long history passes them (:mod:`.arrow_kernel`), so
+    those features sort a fraction of the history."""
+
+    merchant: CardEvents  # the events of the queries' (card, merchant) pairs
+    country: CardEvents  # the events of the queries' (card, country) pairs
+    # The events from one day before the earliest query on (distinct merchants over a day): an
+    # older event has left every query's window, so it adds one to both of the two counts there.
+    recent: CardEvents
+
+
+def card_features(history: CardEvents, queries: CardEvents, pairs: PairHistories | None = None) -> dict[str, np.ndarray]:
+    """Card window features of each query from the history (see the module docstring); ``pairs``:
+    the parts of ``history`` the per-pair features read (default: all of it)."""
     h, q = history, queries
     times = h.ts_us if q is h else np.concatenate([h.ts_us, q.ts_us])
     lookback = fd.LOOKBACK_DAYS * US_PER_DAY
@@ -245,9 +258,15 @@ def card_features(history: CardEvents, queries: CardEvents) -> dict[str, np.ndar
         amount = np.asarray(q.amount, dtype=np.float64)
         out[fd.CARD_AMOUNT_TO_MEAN_30D] = np.where(mean30 > 0, amount / mean30, fd.NO_HISTORY_AMOUNT_RATIO)
         out[fd.CARD_AMOUNT_ZSCORE_30D] = np.where(std30 > 0, (amount - mean30) / std30, 0.0)
-    out[fd.CARD_DISTINCT_MERCHANTS_1D] = _distinct_in_window(h, axis, h_pos, q_pos, US_PER_DAY)
-    out[fd.CARD_MERCHANT_TX_COUNT_30D] = _pair_window_count(h, q, h.merchant, q.merchant, times, lookback)
-    out[fd.CARD_COUNTRY_TX_COUNT_30D] = _pair_window_count(h, q, h.country, q.country, times, lookback)
+    parts = pairs or PairHistories(h, h, h)
+    merchant_pairs = _PairIndex(parts.merchant, parts.merchant.merchant, q.key, q.merchant)
+    out[fd.CARD_MERCHANT_TX_COUNT_30D] = _pair_window_count(parts.merchant, q, merchant_pairs, times, lookback)
+    recent = parts.recent  # by default the whole history: one sort then serves both merchant features
+    recent_pairs = merchant_pairs if recent is parts.merchant else _PairIndex(recent, recent.merchant, q.key, q.merchant)
+    recent_pos = h_pos if recent is h else axis.position(recent.key, recent.ts_us)
+    out[fd.CARD_DISTINCT_MERCHANTS_1D] = _distinct_in_window(recent, recent_pairs, axis, recent_pos, q_pos, US_PER_DAY)
+    country_pairs = _PairIndex(parts.country, parts.country.country, q.key, q.country)
+    out[fd.CARD_COUNTRY_TX_COUNT_30D] = _pair_window_count(parts.country, q, country_pairs, times, lookback)
     return out
 
 

@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 
 from pipeline.contract import Kind
 from pipeline.features.arrow_kernel import epoch_us
-from pipeline.features.kernel import US_PER_DAY
+from pipeline.features.kernel import US_PER_DAY, KeyedTimes
 from pipeline.features.params import FeatureParams
 from pipeline.ingest.dataset_plan import DatasetPlan
 from pipeline.ingest.id_index import EPOCH
@@ -53,11 +53,18 @@ def committed_files_by_date(store: RawStore, kind: Kind) -> dict[date, list[Path
 def read_files(files: list[Path], kind: Kind, columns: list[str] | tuple[str, ...]) -> pa.Table:
     """``columns`` of the raw ``files`` of ``kind``, concatenated (typed even when there are none)."""
     schema = raw_arrow_schema(kind)
-    tables = [pq.read_table(f, columns=list(columns)) for f in files]
+    # ParquetFile, not pq.read_table: read_table sets up a dataset per file, twice the cost of
+    # reading a small file (a night reads some sixty days of labels, a few hundred rows each).
+    tables = [_read_parquet(f, list(columns)) for f in files]
     return pa.concat_tables(tables) if tables else pa.schema([schema.field(c) for c in columns]).empty_table()
 
 
-def files_between(files_by_date: dict[date, list[Path]], start: date, end: date) -> list[Path]:
+def _read_parquet(path: Path, columns: list[str]) -> pa.Table:
+    with pq.ParquetFile(path) as source:
+        return source.read(columns=columns, use_threads=False)
+
+
+def files_between(files_by_date: dict[date, list], start: date, end: date) -> list:
     """The files of the dates in ``[start, end]``, in date order."""
     return [f for day in sorted(files_by_date) if start <= day <= end for f in files_by_date[day]]
 
@@ -111,20 +118,19 @@ def fraud_reports(store: RawStore, plan: DatasetPlan, params: FeatureParams) -> 
     return FraudReports(ids.take(pa.array(order)), hashes[order], reported[order], known[order], day[order], run[order])
 
 
-def fraud_known(reports: FraudReports, picked: np.ndarray, payments: pa.Table, params: FeatureParams) -> pa.Table:
-    """``merchant_id, ts_us``: when the frauds of reports ``picked`` became usable, for those whose
-    payment is in ``payments`` (``transaction_id, merchant_id, event_time``) and happened at most
-    ``label_match_days`` before the report (the twin of ``transforms.fraud_known_events``)."""
+def fraud_known(reports: FraudReports, picked: np.ndarray, payments: pa.Table, params: FeatureParams) -> KeyedTimes:
+    """Per merchant, when the frauds of reports ``picked`` became usable: for those whose payment is
+    in ``payments`` (``transaction_id, merchant, ts_us``: the merchant coded as the caller's history
+    codes it) and happened at most ``label_match_days`` before the report (the twin of
+    ``transforms.fraud_known_events``). Unsorted."""
     asked = pa.table({"transaction_id": reports.transaction_id.take(pa.array(picked, pa.int64())),
                       "reported_us": pa.array(reports.reported_us[picked], pa.int64())})
     # The reports are few against the payments: keep the payments they name before joining (a hash
     # set probe per payment), which is several times cheaper than joining every payment.
     named = payments.filter(pc.is_in(payments.column("transaction_id"), value_set=asked.column("transaction_id")))
-    matched = asked.join(named.select(["transaction_id", "merchant_id", "event_time"]), "transaction_id",
-                         join_type="inner")
-    tx_us = epoch_us(matched.column("event_time"))
+    matched = asked.join(named.select(["transaction_id", "merchant", "ts_us"]), "transaction_id", join_type="inner")
+    tx_us = matched.column("ts_us").to_numpy().astype(np.int64)
     reported = matched.column("reported_us").to_numpy().astype(np.int64)
     keep = tx_us >= reported - params.label_match_days * US_PER_DAY
-    return pa.table({"merchant_id": matched.column("merchant_id").filter(pa.array(keep)),
-                     "ts_us": pa.array(reported[keep] + params.label_delay_us, pa.int64())})
-
+    merchant = matched.column("merchant").to_numpy().astype(np.int64)
+    return KeyedTimes(merchant[keep], reported[keep] + params.label_delay_us)

@@ -15,9 +15,10 @@ every fingerprint of the plan's dates (a directory listing and the plan's fraud 
 work), keeps the partitions whose stored fingerprint matches and recomputes the rest: the new dates,
 and those a late payment or a back-dated report reached. Dates to compute are grouped into blocks
 of at most ``block_days`` consecutive dates; each block reads its payments plus the 30-day lookback
-once with pyarrow and runs the exact numpy kernel in this process (:func:`arrow_kernel.feature_rows`),
-about 1 s per million lookback rows on one core, where a Spark job costs more than that in its
-shuffles alone. Memory: one block's payments (``block_days + 30`` days of them).
+once and runs the exact numpy kernel in this process (:func:`arrow_kernel.feature_rows`), where a
+Spark job costs more than that in its shuffles alone. The lookback comes from the table's lookback
+cache (:mod:`pipeline.ingest.block_payments`): a night reads its new date's raw files and 30 dates
+already coded, not 31 dates of raw Parquet. Memory: one block's payments (``block_days + 30`` days).
 
 Guarantee: the rows of every partition equal those the Spark build over the whole window computes
 (:func:`pipeline.ingest.dataset_builder.spark_window_features`), value for value; tested in
@@ -39,10 +40,12 @@ import pyarrow.compute as pc
 
 from pipeline.contract import Kind
 from pipeline.datasets.feature_table import FeatureTable
+from pipeline.datasets.lookback_cache import LookbackCache
 from pipeline.features import definitions as fd
-from pipeline.features.arrow_kernel import PAYMENT_COLUMNS, epoch_us, feature_rows
+from pipeline.features.arrow_kernel import feature_rows
 from pipeline.features.kernel import US_PER_DAY
 from pipeline.features.params import FeatureParams
+from pipeline.ingest.block_payments import read_block_payments
 from pipeline.ingest.dataset_plan import DatasetPlan
 from pipeline.ingest.feature_inputs import (
     FraudReports,
@@ -50,7 +53,6 @@ from pipeline.ingest.feature_inputs import (
     files_between,
     fraud_known,
     fraud_reports,
-    read_files,
 )
 from pipeline.ingest.id_index import EPOCH
 from pipeline.ingest.raw_layout import RawStore
@@ -82,15 +84,16 @@ def plan_dates(plan: DatasetPlan) -> list[date]:
     return [plan.first_date + timedelta(days=i) for i in range((plan.last_date - plan.first_date).days + 1)]
 
 
-def date_fingerprints(store: RawStore, days: list[date], reports: FraudReports,
+def date_fingerprints(store: RawStore, files: dict[date, list[Path]], days: list[date], reports: FraudReports,
                       params: FeatureParams) -> dict[date, tuple[str, dict]]:
-    """``day -> (fingerprint, summary of its inputs)`` for each of ``days`` (module doc, 1-3)."""
-    files = committed_files_by_date(store, Kind.TRANSACTION)
+    """``day -> (fingerprint, summary of its inputs)`` for each of ``days`` (module doc, 1-3);
+    ``files``: the committed transaction files per date."""
     code = {"format": TABLE_FORMAT, **fd.schema_fingerprint(), "label_delay_us": params.label_delay_us,
             "label_match_days": params.label_match_days, "raw_store": str(store.root.resolve())}
+    named = {day: [str(p.relative_to(store.root)) for p in paths] for day, paths in files.items()}
     out = {}
     for day in days:
-        payments = [str(p.relative_to(store.root)) for p in files_between(files, day - LOOKBACK, day)]
+        payments = files_between(named, day - LOOKBACK, day)
         start_us = (day - EPOCH - LOOKBACK).days * US_PER_DAY
         picked = reports.between(start_us, start_us + (fd.LOOKBACK_DAYS + 1) * US_PER_DAY)
         digest = hashlib.sha256(json.dumps({**code, "payments": payments}, sort_keys=True).encode())
@@ -111,23 +114,19 @@ def blocks(days: list[date], block_days: int) -> list[list[date]]:
     return out
 
 
-def compute_block(store: RawStore, days: list[date], reports: FraudReports, params: FeatureParams) -> dict[date, pa.Table]:
-    """Feature rows of the consecutive ``days``, per date, from their lookback's payments."""
+def compute_block(store: RawStore, cache: LookbackCache, files: dict[date, list[Path]], days: list[date],
+                  reports: FraudReports, params: FeatureParams) -> dict[date, pa.Table]:
+    """Feature rows of the consecutive ``days``, per date, from their lookback's payments (read
+    through ``cache``, which this updates: :mod:`pipeline.ingest.block_payments`)."""
     first, last = days[0], days[-1]
-    files = committed_files_by_date(store, Kind.TRANSACTION)
-    tx = read_files(files_between(files, first - LOOKBACK, last), Kind.TRANSACTION, PAYMENT_COLUMNS)
     start_us = (first - EPOCH - LOOKBACK).days * US_PER_DAY
     picked = reports.between(start_us, ((last - EPOCH).days + 1) * US_PER_DAY)
     # Payments of reports from before the lookback: only the dates the identity index names.
     located = {EPOCH + timedelta(days=int(d)) for d in np.unique(reports.day[picked])}
-    outside = [d for d in sorted(located) if not first - LOOKBACK <= d <= last]
-    earlier = read_files([f for d in outside for f in files.get(d, [])], Kind.TRANSACTION,
-                         ("transaction_id", "merchant_id", "event_time"))
-    payments = pa.concat_tables([tx.select(["transaction_id", "merchant_id", "event_time"]), earlier])
-    known = fraud_known(reports, picked, payments, params)
-    day_of_row = np.floor_divide(epoch_us(tx.column("event_time")), US_PER_DAY)
-    wanted = np.flatnonzero(day_of_row >= (first - EPOCH).days)
-    rows = feature_rows(tx, known, wanted)
+    earlier = [d for d in sorted(located) if not first - LOOKBACK <= d <= last]
+    payments = read_block_payments(store, cache, files, days, earlier)
+    known = fraud_known(reports, picked, payments.matchable(), params)
+    rows = feature_rows(payments.coded(), known, payments.own_rows(), payments.rows)
     row_days = pc.cast(rows.column("event_date"), pa.int32()).to_numpy()
     return {day: rows.filter(pa.array(row_days == (day - EPOCH).days)) for day in days}
 
@@ -138,15 +137,19 @@ def update_feature_table(store: RawStore, table: FeatureTable, plan: DatasetPlan
 
     Call with the raw store's lock held (the store must not change while its files are listed and
     read). Each recomputed date is published whole; a kill leaves earlier dates published and the
-    rest as they were (the next build recomputes them).
+    rest as they were (the next build recomputes them). The lookback cache keeps the dates from the
+    plan's feature history on.
     """
     started = time.perf_counter()
+    cache = table.lookback_cache()
     table.discard_leftovers()
+    cache.discard_before(plan.feature_history_start())
     reports = fraud_reports(store, plan, params)
+    files = committed_files_by_date(store, Kind.TRANSACTION)
     days = plan_dates(plan)
-    fingerprints = date_fingerprints(store, days, reports, params)
+    fingerprints = date_fingerprints(store, files, days, reports, params)
     stale = [d for d in days if table.fingerprint(d) != fingerprints[d][0]]
     for block in blocks(stale, block_days):
-        for day, rows in compute_block(store, block, reports, params).items():
+        for day, rows in compute_block(store, cache, files, block, reports, params).items():
             table.publish(day, rows, *fingerprints[day])
     return FeatureUpdate(tuple(d.isoformat() for d in stale), len(days) - len(stale), time.perf_counter() - started)

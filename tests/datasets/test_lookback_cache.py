@@ -1,0 +1,98 @@
+"""The lookback cache and its id vocabulary: codes never move once given, a date file is trusted
+only for the raw files and vocabulary it was coded with, and a killed write publishes nothing."""
+
+from __future__ import annotations
+
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from pipeline.datasets import lookback_cache as lookback_cache_module
+from pipeline.datasets.id_vocabulary import NULL_CODE, IdVocabulary
+from pipeline.datasets.lookback_cache import CODED_SCHEMA, LookbackCache
+
+DAY = date(2026, 2, 3)
+
+
+def coded_rows(n: int, vocabulary: IdVocabulary) -> pa.Table:
+    codes = pa.array(np.arange(n, dtype=np.int32) % len(vocabulary))
+    return pa.Table.from_arrays([pa.array([f"tx-{i}" for i in range(n)]), codes, codes, codes,
+                                 pa.array(np.arange(n, dtype=np.int64) * 1_000_000), pa.array(np.linspace(1, 2, n))],
+                                schema=CODED_SCHEMA)
+
+
+def test_codes_never_move_as_the_vocabulary_grows():
+    start = IdVocabulary.start()
+    first, grown = start.code(pa.chunked_array([["card-b", None, "card-a", "card-b"]]))
+    assert first.tolist() == [1, NULL_CODE, 2, 1] and len(grown) == 3
+    again, grown_more = grown.code(pa.array(["card-c", "card-a", None, "card-b"]))
+    assert again.tolist() == [3, 2, NULL_CODE, 1]  # a, b as before; c appended
+    assert grown_more.generation == start.generation
+    same, unchanged = grown_more.code(pa.array(["card-a"]))
+    assert same.tolist() == [2] and unchanged is grown_more  # nothing new: the same vocabulary back
+    assert IdVocabulary.start().generation != start.generation
+
+
+def test_a_date_round_trips_for_its_key_and_vocabulary(tmp_path):
+    cache, vocabulary = LookbackCache(tmp_path), IdVocabulary.start().code(pa.array(["a", "b", "c"]))[1]
+    cache.write_vocabulary(vocabulary)
+    rows = coded_rows(5, vocabulary)
+    cache.write_date(DAY, "raw-files-1", vocabulary, rows)
+    stored = cache.read_vocabulary()
+    assert stored.generation == vocabulary.generation and stored.values.equals(vocabulary.values)
+    assert cache.read_date(DAY, "raw-files-1", stored).equals(rows)
+    longer = stored.code(pa.array(["d"]))[1]  # codes stay valid under a longer vocabulary
+    assert cache.read_date(DAY, "raw-files-1", longer).equals(rows)
+
+
+def test_a_date_is_a_miss_for_other_raw_files_or_another_vocabulary(tmp_path):
+    cache, vocabulary = LookbackCache(tmp_path), IdVocabulary.start().code(pa.array(["a", "b", "c"]))[1]
+    cache.write_date(DAY, "raw-files-1", vocabulary, coded_rows(5, vocabulary))
+    assert cache.read_date(DAY, "raw-files-2", vocabulary) is None  # a late payment: a new raw file
+    assert cache.read_date(DAY, "raw-files-1", IdVocabulary.start()) is None  # another generation
+    shorter = IdVocabulary(vocabulary.generation, vocabulary.values.slice(0, 2))
+    assert cache.read_date(DAY, "raw-files-1", shorter) is None  # its codes reach past this one
+    assert cache.read_date(date(2026, 2, 4), "raw-files-1", vocabulary) is None  # never written
+    cache.date_file(DAY).write_bytes(b"ARROW1 torn")
+    assert cache.read_date(DAY, "raw-files-1", vocabulary) is None
+
+
+def _crash_writing(table, path, **kwargs):
+    raise KeyboardInterrupt("killed while writing")
+
+
+def test_a_killed_write_leaves_the_previous_file_and_no_visible_leftover(tmp_path, monkeypatch):
+    cache, vocabulary = LookbackCache(tmp_path), IdVocabulary.start().code(pa.array(["a", "b"]))[1]
+    cache.write_vocabulary(vocabulary)
+    before = coded_rows(4, vocabulary)
+    cache.write_date(DAY, "raw-files-1", vocabulary, before)
+
+    class Killed(pa.ipc.RecordBatchFileWriter):
+        def write_table(self, table, max_chunksize=None):
+            super().write_table(table.slice(0, 1))  # half the rows are on disk, then the kill
+            raise KeyboardInterrupt("killed while writing")
+
+    monkeypatch.setattr(lookback_cache_module.pa.ipc, "new_file", Killed)
+    grown = vocabulary.code(pa.array(["c"]))[1]
+    with pytest.raises(KeyboardInterrupt):
+        cache.write_date(DAY, "raw-files-2", grown, coded_rows(6, grown))
+    with pytest.raises(KeyboardInterrupt):
+        cache.write_vocabulary(grown)
+    monkeypatch.undo()
+    assert cache.read_date(DAY, "raw-files-1", vocabulary).equals(before)
+    assert cache.read_date(DAY, "raw-files-2", grown) is None
+    assert cache.read_vocabulary().values.equals(vocabulary.values)
+    assert sorted(p.name for p in Path(tmp_path).iterdir()) == ["date=2026-02-03.arrow", "ids.arrow"]
+
+
+def test_discard_before_keeps_the_dates_a_build_may_read(tmp_path):
+    cache, vocabulary = LookbackCache(tmp_path), IdVocabulary.start()
+    for day in (date(2026, 2, 1), date(2026, 2, 2), DAY):
+        cache.write_date(day, "k", vocabulary, coded_rows(0, vocabulary))
+    (tmp_path / ".date=2026-02-04.arrow.tmp-123").write_bytes(b"left by a kill")
+    removed = cache.discard_before(date(2026, 2, 2))
+    assert sorted(p.name for p in removed) == [".date=2026-02-04.arrow.tmp-123", "date=2026-02-01.arrow"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["date=2026-02-02.arrow", "date=2026-02-03.arrow"]

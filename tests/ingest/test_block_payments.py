@@ -1,0 +1,114 @@
+"""Nights through the lookback cache against builds without it: late payments on a cached date and
+back-dated fraud reports give the same rows as a table built from the raw store alone; a night
+killed while writing the cache publishes nothing half written."""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from pipeline.contract import Kind
+from pipeline.datasets import lookback_cache as lookback_cache_module
+from pipeline.datasets.feature_table import FINGERPRINT_FILE, PARTITION_FILE, FeatureTable
+from pipeline.ingest.block_payments import raw_files_keys
+from pipeline.ingest.dataset_plan import plan_nightly
+from pipeline.ingest.feature_inputs import committed_files_by_date
+from pipeline.ingest.feature_update import feature_table_root, plan_dates, update_feature_table
+from pipeline.ingest.raw_commit import commit_raw_run
+from pipeline.ingest.raw_layout import RawStore
+from tests.ingest.kafka_helpers import small_simulation
+from tests.ingest.test_feature_update import FIRST_NIGHT, config, deliver
+
+LOOKBACK_ONLY_DAY = date(2026, 1, 31)  # before every window below: only ever read as lookback
+
+
+@pytest.fixture(scope="module")
+def sim():
+    return small_simulation(days=44, num_cards=150)
+
+
+def build_without_cache(store: RawStore, plan, cfg, root: Path) -> pa.Table:
+    """The plan's rows computed from the raw store alone (a new table: no cache, no partitions)."""
+    table = FeatureTable(root)
+    with store.locked():
+        update_feature_table(store, table, plan, cfg.features, cfg.dataset.feature_block_days)
+    return table.read(plan_dates(plan)).sort_by("transaction_id")
+
+
+def night(store: RawStore, table: FeatureTable, plan, cfg) -> tuple[str, ...]:
+    with store.locked():
+        return update_feature_table(store, table, plan, cfg.features, cfg.dataset.feature_block_days).computed
+
+
+def test_nights_through_the_cache_equal_builds_without_it(state_dir, sim, tmp_path):
+    """Nights 0-2 of the feature-update story: late payments of 02-07, back-dated fraud reports."""
+    cfg, store, delivered = config(), RawStore(state_dir / "raw"), set()
+    table = FeatureTable(feature_table_root(cfg.dataset.feature_table, store))
+    for n in range(3):
+        deliver(store, sim, n, delivered)
+        plan = plan_nightly(FIRST_NIGHT + timedelta(days=n), cfg.dataset)
+        assert night(store, table, plan, cfg), n
+        cached = table.read(plan_dates(plan)).sort_by("transaction_id")
+        assert cached.equals(build_without_cache(store, plan, cfg, tmp_path / f"fresh-{n}")), n
+    oldest = min(p.name for p in table.lookback_cache().root.glob("date=*"))
+    assert oldest == f"date={plan.feature_history_start().isoformat()}.arrow"  # older dates were let go
+
+
+def test_late_payments_on_a_cached_date_invalidate_it(state_dir, sim, tmp_path):
+    cfg, store = config(), RawStore(state_dir / "raw")
+    table = FeatureTable(feature_table_root(cfg.dataset.feature_table, store))
+    tx = sim.transactions
+    when = pd.to_datetime(tx["event_time"])
+    held_back = (when.dt.date == LOOKBACK_ONLY_DAY) & (tx.index % 4 == 0)
+    with store.locked():
+        commit_raw_run(store, "night-0", tx[(when < pd.Timestamp(FIRST_NIGHT + timedelta(days=1), tz="UTC"))
+                                           & ~held_back], sim.labels.iloc[:0])
+    first, second = plan_nightly(FIRST_NIGHT, cfg.dataset), plan_nightly(FIRST_NIGHT + timedelta(days=1), cfg.dataset)
+    night(store, table, first, cfg)
+    cache, vocabulary = table.lookback_cache(), table.lookback_cache().read_vocabulary()
+    old_key = raw_files_keys(store, committed_files_by_date(store, Kind.TRANSACTION))[LOOKBACK_ONLY_DAY]
+    assert cache.read_date(LOOKBACK_ONLY_DAY, old_key, vocabulary) is not None
+
+    new_day = (when >= pd.Timestamp(FIRST_NIGHT + timedelta(days=1), tz="UTC")) & (
+        when < pd.Timestamp(FIRST_NIGHT + timedelta(days=2), tz="UTC"))
+    with store.locked():  # the held-back payments of 01-31 arrive a night late, with the new day's
+        commit_raw_run(store, "night-1", tx[held_back | new_day], sim.labels.iloc[:0])
+    assert night(store, table, second, cfg) == tuple(d.isoformat() for d in plan_dates(second))
+    files = committed_files_by_date(store, Kind.TRANSACTION)
+    assert len(files[LOOKBACK_ONLY_DAY]) == 2  # the late file: a new key, so the entry was a miss and rewritten
+    assert cache.read_date(LOOKBACK_ONLY_DAY, old_key, vocabulary) is None
+    new_key = raw_files_keys(store, files)[LOOKBACK_ONLY_DAY]
+    rewritten = cache.read_date(LOOKBACK_ONLY_DAY, new_key, cache.read_vocabulary())
+    assert rewritten.num_rows == int((when.dt.date == LOOKBACK_ONLY_DAY).sum())
+    cached = table.read(plan_dates(second)).sort_by("transaction_id")
+    assert cached.equals(build_without_cache(store, second, cfg, tmp_path / "fresh"))
+
+
+def _killed(sink, schema, **kwargs):
+    raise KeyboardInterrupt("killed while writing the cache")
+
+
+def test_a_night_killed_while_caching_publishes_nothing_half_written(state_dir, sim, tmp_path, monkeypatch):
+    cfg, store, delivered = config(), RawStore(state_dir / "raw"), set()
+    table = FeatureTable(feature_table_root(cfg.dataset.feature_table, store))
+    deliver(store, sim, 0, delivered)
+    first, second = plan_nightly(FIRST_NIGHT, cfg.dataset), plan_nightly(FIRST_NIGHT + timedelta(days=1), cfg.dataset)
+    night(store, table, first, cfg)
+    before = {d: table.fingerprint(d) for d in plan_dates(second)}
+    deliver(store, sim, 1, delivered)
+    monkeypatch.setattr(lookback_cache_module.pa.ipc, "new_file", _killed)
+    with pytest.raises(KeyboardInterrupt):
+        night(store, table, second, cfg)
+    monkeypatch.undo()
+    assert {d: table.fingerprint(d) for d in plan_dates(second)} == before  # nothing published
+    for directory in table.root.glob("date=*"):
+        assert sorted(p.name for p in directory.iterdir()) == sorted([FINGERPRINT_FILE, PARTITION_FILE])
+    assert not [p for p in table.lookback_cache().root.iterdir() if p.name.startswith(".")]
+
+    assert night(store, table, second, cfg) == ("2026-02-07", "2026-02-08", "2026-02-09")
+    cached = table.read(plan_dates(second)).sort_by("transaction_id")
+    assert cached.equals(build_without_cache(store, second, cfg, tmp_path / "fresh"))
