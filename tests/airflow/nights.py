@@ -43,8 +43,10 @@ INGEST = {"train_days": "7", "validation_days": "2", "test_days": "2", "label_ma
           "min_rows": "{ train = 1000, validation = 200, test = 200 }", "shuffle_partitions": "2"}
 TRAIN = {"data": {"global_batch_size": 512}, "loop": {"epochs": 3, "log_every": 20},
          "checkpoint": {"every_steps": 40}}
-# What makes night 2's model worse: a learning rate that leaves it at its initialisation.
-WORSE = {"optim": {"lr": 1e-9}, "schedule": {"warmup_steps": 1}, "loop": {"epochs": 1, "max_steps": 4}}
+# What makes night 2's model worse: a learning rate that leaves the network at its initialisation, and
+# no LightGBM blend (a booster would rescue the untrained network and the blend would be promoted).
+WORSE = {"optim": {"lr": 1e-9}, "schedule": {"warmup_steps": 1}, "loop": {"epochs": 1, "max_steps": 4},
+         "blend": {"gbm": False}}
 REGISTRY = """\
 experiment_name = "fraud-training"
 model_name = "fraud-detector"
