@@ -21,14 +21,16 @@ source prior stands: no correction. Pure apart from its lock.
 
 from __future__ import annotations
 
+import math
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 
 from pipeline.config import ConfigError
-from pipeline.decisions.prior_shift import MAX_ODDS_RATIO, PRIOR_STRENGTH, adjust_to_prior, estimate_prior
+from pipeline.decisions.prior_shift import MAX_ODDS_RATIO, PRIOR_STRENGTH, estimate_prior
 
 PriorMode = Literal["trailing_days", "off"]
 LOGIT_RANGE = 12.0  # scores beyond sigmoid(+-12) (~6e-6 from 0 or 1) fall in the end bins
@@ -88,7 +90,8 @@ class LivePriorTracker:
 
     def observe(self, days: np.ndarray, scores: np.ndarray) -> None:
         """Count a decided batch's scores under their payments' UTC days (non-finite scores skipped).
-        Days older than the lookback of the latest day seen are dropped."""
+        The newest ``lookback_days + 1`` days holding scores are kept: a payment dated far ahead (the
+        time rules off) takes one slot, it does not push every real day out."""
         d = np.asarray(days, dtype=np.int64).ravel()
         s = np.asarray(scores, dtype=np.float64).ravel()
         keep = np.isfinite(s)
@@ -97,24 +100,22 @@ class LivePriorTracker:
             return
         logits = np.log(np.clip(s, 1e-12, 1.0)) - np.log(np.clip(1.0 - s, 1e-12, 1.0))
         bins = np.searchsorted(self._inner_edges, logits, side="right")
+        slots = self.config.lookback_days + 1
         with self._lock:
-            if self._latest_day is not None:  # days already behind the lookback count for nothing
-                recent = d >= self._latest_day - self.config.lookback_days
-                d, bins = d[recent], bins[recent]
-                if d.size == 0:
-                    return
-            for day in np.unique(d):
-                hist = self._days.setdefault(int(day), np.zeros(self.config.bins))
+            for day in map(int, np.unique(d)):
+                if len(self._days) >= slots and day not in self._days and day < min(self._days):
+                    continue  # older than every kept day: it counts for nothing
+                hist = self._days.setdefault(day, np.zeros(self.config.bins))
                 hist += np.bincount(bins[d == day], minlength=self.config.bins)
                 # every later day's estimate may include this one: recompute on next use
                 for later in [k for k in self._priors if k > day]:
                     del self._priors[later]
-            self._latest_day = max(int(d.max()), self._latest_day if self._latest_day is not None else int(d.max()))
-            oldest = self._latest_day - self.config.lookback_days
-            for day in [k for k in self._days if k < oldest]:
+            for day in sorted(self._days)[:-slots]:
                 del self._days[day]
-            for day in [k for k in self._priors if k < oldest]:
+            oldest = min(self._days, default=None)
+            for day in [k for k in self._priors if oldest is None or k < oldest]:
                 del self._priors[day]
+            self._latest_day = max(self._days, default=None)
 
     def prior(self, day: int) -> float:
         """The fraud prior the payments of UTC ``day`` are served at: EM over the scores of the
@@ -135,12 +136,20 @@ class LivePriorTracker:
         return estimate_prior(self._centres, self.source_prior, weights=counts,
                               prior_strength=self.config.prior_strength, max_odds_ratio=self.config.max_odds_ratio)
 
+    def probabilities(self, scores: Sequence[float], days: Sequence[int]) -> list[float]:
+        """Each score (calibrated at the source prior) at the prior of its payment's day: one estimate
+        per distinct day of the batch, then a shift of each score's log-odds (the scoring path)."""
+        shifts: dict[int, float] = {}
+        for day in set(days):
+            prior = self.prior(day)
+            shifts[day] = _log_odds(prior) - _log_odds(self.source_prior)
+        return [score if shifts[day] == 0.0 or score in (0.0, 1.0)
+                else 1.0 / (1.0 + math.exp(-(_log_odds(score) + shifts[day])))
+                for score, day in zip(scores, days, strict=True)]
+
     def probability(self, score: float, day: int) -> float:
         """``score`` (calibrated at the source prior) at the prior of ``day``."""
-        prior = self.prior(day)
-        if prior == self.source_prior:
-            return score
-        return float(adjust_to_prior(np.array([score]), self.source_prior, prior)[0])
+        return self.probabilities([score], [day])[0]
 
     def describe(self) -> dict[str, Any]:
         """For /health: the source prior, the latest day's estimate and how many scores stand behind it."""
@@ -155,3 +164,7 @@ class LivePriorTracker:
                          if d in self._days)
         return {"mode": "trailing_days", "source_prior": self.source_prior, "day": latest, "prior": prior,
                 "lookback_scores": behind, "correcting": behind >= self.config.min_scores}
+
+
+def _log_odds(p: float) -> float:
+    return math.log(p) - math.log1p(-p)

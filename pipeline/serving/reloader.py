@@ -66,7 +66,7 @@ class LiveVersion:
         """The scores as probabilities at the live prior of each payment's UTC day (None untracked)."""
         if self.prior is None:
             return [None] * len(scores)
-        return [self.prior.probability(score, day) for score, day in zip(scores, days, strict=True)]
+        return self.prior.probabilities(scores, days)
 
     def observe(self, scores: Sequence[float], days: Sequence[int] | None = None) -> None:
         """Feed a decided batch's scores to the trackers (after deciding it: no batch sees its own

@@ -18,10 +18,10 @@ keeps the network alone).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from models.fraud_mlp import FraudModel
 from models.gbm import GbmTerm
@@ -92,8 +92,6 @@ def blend_network(model: FraudModel, network_logits: np.ndarray, labels: np.ndar
     term = fit_booster(manifest, train, validation, config, seed)
     boosted = term.logit(validation[0][:, :len(manifest.numeric_features)],
                          validation[0][:, len(manifest.numeric_features):])
-    import torch
-
     z, y = torch.from_numpy(network_logits).double(), torch.from_numpy(labels).double()
     blended = fit_calibration(z, y, extra=torch.from_numpy(boosted))
     network_ap = average_precision(labels, network_logits)

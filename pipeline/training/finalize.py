@@ -62,7 +62,7 @@ def compression_summary(config: CompressionConfig) -> CompressionSummary:
 
 def finalize_run(run: RunDir, checkpointer: Checkpointer, dataset_root: Path, manifest: DatasetManifest,
                  loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-                 outcome: TrainingOutcome, budget: DecisionBudget, blend: BlendConfig = BlendConfig(),
+                 outcome: TrainingOutcome, budget: DecisionBudget, blend: BlendConfig | None = None,
                  seed: int = 0) -> RunSummary:
     """Calibrate ``best/`` on the validation split, choose the operating points of ``budget`` on the
     calibrated validation scores, write model/, validation scores and summary.json.
@@ -79,7 +79,7 @@ def finalize_run(run: RunDir, checkpointer: Checkpointer, dataset_root: Path, ma
     scored = score_split(model, dataset_root, manifest, "validation", 0, 1, torch.device("cpu"))
     calibration = fit_calibration(torch.from_numpy(scored.logits), torch.from_numpy(scored.labels).float())
     blended = None
-    if blend.gbm:
+    if blend is not None and blend.gbm:
         calibration, blended, logits = blend_network(model, scored.logits, scored.labels, dataset_root, manifest,
                                                      blend, seed, calibration)
         scored = dataclasses.replace(scored, logits=logits)  # the blend's log-odds on the network's scale

@@ -70,3 +70,16 @@ def test_utc_day_and_config_errors() -> None:
         PriorTrackingConfig(mode="nightly")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="source_prior"):
         LivePriorTracker(0.0, PriorTrackingConfig())
+
+
+def test_one_payment_dated_far_ahead_does_not_push_the_real_days_out():
+    # With the time rules off a payment of 9999-12-31 reaches the tracker; it must cost one day's slot,
+    # not every real day's histogram.
+    rng = np.random.default_rng(5)
+    _, high = _calibrated_sample(rng, 3000, 0.12, source_prior=SOURCE)
+    tracker = LivePriorTracker(SOURCE, PriorTrackingConfig(lookback_days=2, min_scores=1000))
+    tracker.observe(np.full(3000, DAY0), high)
+    tracker.observe(np.array([2_932_896]), np.array([0.5]))  # 9999-12-31
+    tracker.observe(np.full(3000, DAY0 + 1), high)
+    assert tracker.prior(DAY0 + 2) > 0.08  # both real days still behind it
+    assert len(tracker._days) <= 3
