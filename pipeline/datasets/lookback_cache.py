@@ -9,7 +9,14 @@ Layout under the feature table's ``_lookback/`` (:meth:`pipeline.datasets.featur
 
     ids.arrow                 # the id vocabulary (IdVocabulary) of card, merchant and country ids
     date=YYYY-MM-DD.arrow     # the date's payments (CODED_SCHEMA), in time order
+    frauds.arrow              # the fraud reports of each report date (FRAUD_SCHEMA)
+    fraud_payments.arrow      # the payments fraud reports were matched to (MATCHED_SCHEMA)
     .<name>.tmp-<pid>         # a file being written (a killed write leaves only this)
+
+The two fraud files spare a night what grows with history rather than with the new day: reading
+some sixty days of label files, and matching that window's reports against the payments of every
+date they name (a string probe per payment, ~1M payments on the dev layout). With them a night
+reads the new report date's files and matches only the reports it has not matched before.
 
 Arrow IPC files, uncompressed and memory-mapped when read: loading a date reads its footer, not its
 rows, until the kernel copies the columns it needs.
@@ -19,7 +26,11 @@ of the date's committed raw files) and the vocabulary its codes need (generation
 :meth:`LookbackCache.read_date` returns the rows only when that key equals the key the caller
 computes now and the vocabulary is of that generation and at least that long. Anything else is a
 miss (late payments: a new raw file, so a new key; a vocabulary started afresh; a file that does not
-parse): the caller reads the raw files again and rewrites the date.
+parse): the caller reads the raw files again and rewrites the date. The fraud files follow the same
+rule per row: a row is trusted only when the raw files of its date (the report date for ``frauds``,
+the payment's date for ``fraud_payments``) still have the key stored for that date, and a matched
+payment's merchant code only under its vocabulary. A payment never changes once committed (ingest
+keeps the first copy of a transaction id), so a match stays right while its date's files do.
 
 Atomicity: each file is replaced in one rename (:func:`pipeline.atomic.atomic_path`): a reader sees
 the previous file or the complete new one. The vocabulary is written durably before any date file
@@ -35,6 +46,7 @@ from datetime import date
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from pipeline.atomic import atomic_path
 from pipeline.datasets.id_vocabulary import IdVocabulary
@@ -45,6 +57,14 @@ CACHE_FORMAT = 1  # bump when CODED_SCHEMA or the coding changes: every date fil
 # microseconds; transaction ids kept to match fraud reports to their payments.
 CODED_SCHEMA = pa.schema([("transaction_id", pa.string()), ("card", pa.int32()), ("merchant", pa.int32()),
                           ("country", pa.int32()), ("ts_us", pa.int64()), ("amount", pa.float64())])
+# A report date's fraud reports (is_fraud true), as the plan's first-report rule reads them.
+FRAUD_SCHEMA = pa.schema([("report_date", pa.int32()), ("transaction_id", pa.string()), ("reported_us", pa.int64())])
+# The payment a fraud report names: its date (days since 1970), merchant code and event time.
+MATCHED_SCHEMA = pa.schema([("payment_date", pa.int32()), ("transaction_id", pa.string()), ("merchant", pa.int32()),
+                            ("ts_us", pa.int64())])
+FRAUDS_FILE = "frauds.arrow"
+MATCHED_FILE = "fraud_payments.arrow"
+_EPOCH = date(1970, 1, 1)
 _META = b"lookback"
 
 
@@ -91,6 +111,49 @@ class LookbackCache:
         meta = {"format": CACHE_FORMAT, "key": key, "generation": vocabulary.generation, "ids": len(vocabulary)}
         rows = rows.cast(CODED_SCHEMA).replace_schema_metadata({_META: json.dumps(meta)})
         _write_ipc(rows, self.date_file(day), durable=False)
+
+    def read_frauds(self, keys: dict[date, str]) -> tuple[pa.Table, list[date]]:
+        """``(rows, missing)``: the stored fraud reports (``FRAUD_SCHEMA``) of the report dates of
+        ``keys`` whose files still have that key, and the dates of ``keys`` the cache cannot answer."""
+        return self._read_dated(FRAUDS_FILE, FRAUD_SCHEMA, "report_date", keys, lambda meta: True)
+
+    def write_frauds(self, rows: pa.Table, keys: dict[date, str]) -> None:
+        """Store ``rows`` (``FRAUD_SCHEMA``): every fraud report of the report dates of ``keys``, read
+        from the files ``keys`` names; replaces what was stored."""
+        self._write_dated(FRAUDS_FILE, FRAUD_SCHEMA, rows, keys, {})
+
+    def read_matched(self, keys: dict[date, str], vocabulary: IdVocabulary) -> pa.Table:
+        """The stored report-to-payment matches (``MATCHED_SCHEMA``) on the payment dates of ``keys``
+        whose files still have that key, when their merchant codes hold under ``vocabulary``."""
+        def codes_hold(meta: dict) -> bool:
+            return meta.get("generation") == vocabulary.generation and meta.get("ids", 1 << 62) <= len(vocabulary)
+
+        return self._read_dated(MATCHED_FILE, MATCHED_SCHEMA, "payment_date", keys, codes_hold)[0]
+
+    def write_matched(self, rows: pa.Table, keys: dict[date, str], vocabulary: IdVocabulary) -> None:
+        """Store ``rows`` (``MATCHED_SCHEMA``; merchant codes from ``vocabulary``, stored already): the
+        matches on the payment dates of ``keys``, made from the files ``keys`` names."""
+        self._write_dated(MATCHED_FILE, MATCHED_SCHEMA, rows, keys,
+                          {"generation": vocabulary.generation, "ids": len(vocabulary)})
+
+    def _read_dated(self, name: str, schema: pa.Schema, column: str, keys: dict[date, str],
+                    meta_ok) -> tuple[pa.Table, list[date]]:
+        try:
+            table = _read_ipc(self.root / name)
+            meta = json.loads(table.schema.metadata[_META])
+            stored = meta["keys"] if meta.get("format") == CACHE_FORMAT and meta_ok(meta) else {}
+            if not table.schema.remove_metadata().equals(schema):
+                raise ValueError(f"{name}: schema {table.schema}")
+        except (OSError, pa.ArrowInvalid, KeyError, TypeError, ValueError):
+            return schema.empty_table(), sorted(keys)
+        valid = [day for day, key in keys.items() if stored.get(day.isoformat()) == key]
+        days = pa.array([(day - _EPOCH).days for day in valid], pa.int32())
+        rows = table.replace_schema_metadata(None).filter(pc.is_in(table.column(column), value_set=days))
+        return rows, sorted(set(keys) - set(valid))
+
+    def _write_dated(self, name: str, schema: pa.Schema, rows: pa.Table, keys: dict[date, str], meta: dict) -> None:
+        meta = {"format": CACHE_FORMAT, "keys": {day.isoformat(): key for day, key in keys.items()}, **meta}
+        _write_ipc(rows.cast(schema).replace_schema_metadata({_META: json.dumps(meta)}), self.root / name, durable=False)
 
     def discard_before(self, day: date) -> list[Path]:
         """Delete the date files before ``day`` and what killed writes left. Call while holding the raw

@@ -14,6 +14,8 @@ reports of ``[label_history_start, label_cutoff]`` by report date, payments of
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import date
@@ -25,6 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.contract import Kind
+from pipeline.datasets.lookback_cache import FRAUD_SCHEMA, LookbackCache
 from pipeline.features.arrow_kernel import epoch_us
 from pipeline.features.kernel import US_PER_DAY, KeyedTimes
 from pipeline.features.params import FeatureParams
@@ -64,6 +67,19 @@ def _read_parquet(path: Path, columns: list[str]) -> pa.Table:
         return source.read(columns=columns, use_threads=False)
 
 
+def raw_files_keys(store: RawStore, files: dict[date, list[Path]]) -> dict[date, str]:
+    """What each date's cache entries are read from: its committed raw files (immutable once
+    committed: late data lands as a new file) in this store."""
+    root = str(store.root.resolve())  # once: resolving costs a system call per path component
+
+    def key(paths: list[Path]) -> str:
+        named = {"raw_store": root, "files": sorted(str(p.relative_to(store.root)) for p in paths)}
+        return hashlib.sha256(json.dumps(named, sort_keys=True).encode()).hexdigest()
+
+    return {day: key(paths) for day, paths in files.items()}
+
+
+
 def files_between(files_by_date: dict[date, list], start: date, end: date) -> list:
     """The files of the dates in ``[start, end]``, in date order."""
     return [f for day in sorted(files_by_date) if start <= day <= end for f in files_by_date[day]]
@@ -92,20 +108,37 @@ class FraudReports:
         return idx[self.day[idx] != NOWHERE]
 
 
-def _first_fraud_reports(store: RawStore, plan: DatasetPlan, params: FeatureParams) -> tuple[pa.Array, np.ndarray]:
-    """``(transaction ids, first report us)`` over the fraud reports the plan reads."""
-    files = files_between(committed_files_by_date(store, Kind.LABEL), plan.label_history_start(params), plan.label_cutoff)
-    labels = read_files(files, Kind.LABEL, ["transaction_id", "is_fraud", "reported_at"])
+def _first_fraud_reports(store: RawStore, plan: DatasetPlan, params: FeatureParams,
+                         cache: LookbackCache) -> tuple[pa.Array, np.ndarray]:
+    """``(transaction ids, first report us)`` over the fraud reports the plan reads: each report
+    date's from ``cache`` while its label files are unchanged, the other dates read from raw and
+    stored back (a night reads one new report date, not some sixty)."""
+    by_date = committed_files_by_date(store, Kind.LABEL)
+    start, end = plan.label_history_start(params), plan.label_cutoff
+    keys = raw_files_keys(store, {d: paths for d, paths in by_date.items() if start <= d <= end})
+    stored, missing = cache.read_frauds(keys)
+    read = [_frauds_of(d, read_files(by_date[d], Kind.LABEL, ["transaction_id", "is_fraud", "reported_at"]))
+            for d in missing]
+    frauds = pa.concat_tables([stored, *read])
+    if missing:
+        cache.write_frauds(frauds, keys)
+    first = frauds.group_by("transaction_id").aggregate([("reported_us", "min")])
+    return first.column("transaction_id").combine_chunks(), first.column("reported_us_min").to_numpy().astype(np.int64)
+
+
+def _frauds_of(day: date, labels: pa.Table) -> pa.Table:
+    """The fraud reports (``FRAUD_SCHEMA``) among report date ``day``'s ``labels``."""
     frauds = labels.filter(pc.fill_null(labels.column("is_fraud"), False))
-    first = (pa.table({"transaction_id": frauds.column("transaction_id"), "us": epoch_us(frauds.column("reported_at"))})
-             .group_by("transaction_id").aggregate([("us", "min")]))
-    return first.column("transaction_id").combine_chunks(), first.column("us_min").to_numpy().astype(np.int64)
+    return pa.Table.from_arrays([pa.array(np.full(frauds.num_rows, (day - EPOCH).days, np.int32)),
+                                 frauds.column("transaction_id"), pa.array(epoch_us(frauds.column("reported_at")))],
+                                schema=FRAUD_SCHEMA)
 
 
-def fraud_reports(store: RawStore, plan: DatasetPlan, params: FeatureParams) -> FraudReports:
-    """The plan's :class:`FraudReports`. Builds the identity index first if the store predates it
-    (call with the raw store's lock held, as every dataset build does)."""
-    ids, reported = _first_fraud_reports(store, plan, params)
+def fraud_reports(store: RawStore, plan: DatasetPlan, params: FeatureParams, cache: LookbackCache) -> FraudReports:
+    """The plan's :class:`FraudReports`, the report dates read through ``cache``. Builds the identity
+    index first if the store predates it (call with the raw store's lock held, as every dataset
+    build does)."""
+    ids, reported = _first_fraud_reports(store, plan, params, cache)
     build_missing_index(store)
     hashes = transaction_id_hashes(ids)
     found = store.id_index(Kind.TRANSACTION).lookup(hashes)
@@ -121,14 +154,12 @@ def fraud_reports(store: RawStore, plan: DatasetPlan, params: FeatureParams) -> 
 def fraud_known(reports: FraudReports, picked: np.ndarray, payments: pa.Table, params: FeatureParams) -> KeyedTimes:
     """Per merchant, when the frauds of reports ``picked`` became usable: for those whose payment is
     in ``payments`` (``transaction_id, merchant, ts_us``: the merchant coded as the caller's history
-    codes it) and happened at most ``label_match_days`` before the report (the twin of
-    ``transforms.fraud_known_events``). Unsorted."""
+    codes it; at least the payments of the picked reports, see
+    :func:`pipeline.ingest.block_payments.fraud_payments`) and happened at most ``label_match_days``
+    before the report (the twin of ``transforms.fraud_known_events``). Unsorted."""
     asked = pa.table({"transaction_id": reports.transaction_id.take(pa.array(picked, pa.int64())),
                       "reported_us": pa.array(reports.reported_us[picked], pa.int64())})
-    # The reports are few against the payments: keep the payments they name before joining (a hash
-    # set probe per payment), which is several times cheaper than joining every payment.
-    named = payments.filter(pc.is_in(payments.column("transaction_id"), value_set=asked.column("transaction_id")))
-    matched = asked.join(named.select(["transaction_id", "merchant", "ts_us"]), "transaction_id", join_type="inner")
+    matched = asked.join(payments.select(["transaction_id", "merchant", "ts_us"]), "transaction_id", join_type="inner")
     tx_us = matched.column("ts_us").to_numpy().astype(np.int64)
     reported = matched.column("reported_us").to_numpy().astype(np.int64)
     keep = tx_us >= reported - params.label_match_days * US_PER_DAY

@@ -18,7 +18,9 @@ of at most ``block_days`` consecutive dates; each block reads its payments plus 
 once and runs the exact numpy kernel in this process (:func:`arrow_kernel.feature_rows`), where a
 Spark job costs more than that in its shuffles alone. The lookback comes from the table's lookback
 cache (:mod:`pipeline.ingest.block_payments`): a night reads its new date's raw files and 30 dates
-already coded, not 31 dates of raw Parquet. Memory: one block's payments (``block_days + 30`` days).
+already coded, not 31 dates of raw Parquet; the fraud reports of the new report date, not some sixty
+dates of label files; and matches only the reports it has not matched before. Memory: one block's
+payments (``block_days + 30`` days).
 
 Guarantee: the rows of every partition equal those the Spark build over the whole window computes
 (:func:`pipeline.ingest.dataset_builder.spark_window_features`), value for value; tested in
@@ -45,7 +47,7 @@ from pipeline.features import definitions as fd
 from pipeline.features.arrow_kernel import feature_rows
 from pipeline.features.kernel import US_PER_DAY
 from pipeline.features.params import FeatureParams
-from pipeline.ingest.block_payments import read_block_payments
+from pipeline.ingest.block_payments import fraud_payments, read_block_payments
 from pipeline.ingest.dataset_plan import DatasetPlan
 from pipeline.ingest.feature_inputs import (
     FraudReports,
@@ -121,11 +123,10 @@ def compute_block(store: RawStore, cache: LookbackCache, files: dict[date, list[
     first, last = days[0], days[-1]
     start_us = (first - EPOCH - LOOKBACK).days * US_PER_DAY
     picked = reports.between(start_us, ((last - EPOCH).days + 1) * US_PER_DAY)
-    # Payments of reports from before the lookback: only the dates the identity index names.
-    located = {EPOCH + timedelta(days=int(d)) for d in np.unique(reports.day[picked])}
-    earlier = [d for d in sorted(located) if not first - LOOKBACK <= d <= last]
-    payments = read_block_payments(store, cache, files, days, earlier)
-    known = fraud_known(reports, picked, payments.matchable(), params)
+    payments = read_block_payments(store, cache, files, days)
+    named = fraud_payments(store, cache, files, payments, reports.transaction_id.take(pa.array(picked, pa.int64())),
+                           reports.day[picked])
+    known = fraud_known(reports, picked, named, params)
     rows = feature_rows(payments.coded(), known, payments.own_rows(), payments.rows)
     row_days = pc.cast(rows.column("event_date"), pa.int32()).to_numpy()
     return {day: rows.filter(pa.array(row_days == (day - EPOCH).days)) for day in days}
@@ -144,7 +145,7 @@ def update_feature_table(store: RawStore, table: FeatureTable, plan: DatasetPlan
     cache = table.lookback_cache()
     table.discard_leftovers()
     cache.discard_before(plan.feature_history_start())
-    reports = fraud_reports(store, plan, params)
+    reports = fraud_reports(store, plan, params, cache)
     files = committed_files_by_date(store, Kind.TRANSACTION)
     days = plan_dates(plan)
     fingerprints = date_fingerprints(store, files, days, reports, params)

@@ -12,7 +12,13 @@ import pytest
 
 from pipeline.datasets import lookback_cache as lookback_cache_module
 from pipeline.datasets.id_vocabulary import NULL_CODE, IdVocabulary
-from pipeline.datasets.lookback_cache import CODED_SCHEMA, LookbackCache
+from pipeline.datasets.lookback_cache import (
+    CODED_SCHEMA,
+    FRAUD_SCHEMA,
+    FRAUDS_FILE,
+    MATCHED_SCHEMA,
+    LookbackCache,
+)
 
 DAY = date(2026, 2, 3)
 
@@ -96,3 +102,38 @@ def test_discard_before_keeps_the_dates_a_build_may_read(tmp_path):
     removed = cache.discard_before(date(2026, 2, 2))
     assert sorted(p.name for p in removed) == [".date=2026-02-04.arrow.tmp-123", "date=2026-02-01.arrow"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["date=2026-02-02.arrow", "date=2026-02-03.arrow"]
+
+
+def _days(*days: date) -> pa.Array:
+    return pa.array([(d - date(1970, 1, 1)).days for d in days], pa.int32())
+
+
+def test_fraud_reports_are_trusted_per_report_date_while_its_label_files_are_unchanged(tmp_path):
+    cache, other = LookbackCache(tmp_path), date(2026, 2, 4)
+    assert cache.read_frauds({DAY: "labels-1"}) == (FRAUD_SCHEMA.empty_table(), [DAY])  # nothing stored yet
+    rows = pa.Table.from_arrays([_days(DAY, DAY, other), pa.array(["tx-1", "tx-2", "tx-3"]),
+                                 pa.array([10, 20, 30], pa.int64())], schema=FRAUD_SCHEMA)
+    cache.write_frauds(rows, {DAY: "labels-1", other: "labels-9"})
+    stored, missing = cache.read_frauds({DAY: "labels-1", other: "labels-9"})
+    assert stored.equals(rows) and missing == []
+    stored, missing = cache.read_frauds({DAY: "labels-1", other: "labels-10", date(2026, 2, 5): "x"})
+    assert stored.column("transaction_id").to_pylist() == ["tx-1", "tx-2"]  # 02-04 got a new label file
+    assert missing == [other, date(2026, 2, 5)]
+    (tmp_path / FRAUDS_FILE).write_bytes(b"ARROW1 torn")
+    assert cache.read_frauds({DAY: "labels-1"})[1] == [DAY]
+
+
+def test_matched_payments_hold_for_their_payment_dates_files_and_vocabulary(tmp_path):
+    cache, vocabulary = LookbackCache(tmp_path), IdVocabulary.start().code(pa.array(["m-1", "m-2"]))[1]
+    rows = pa.Table.from_arrays([_days(DAY, date(2026, 2, 4)), pa.array(["tx-1", "tx-2"]), pa.array([1, 2], pa.int32()),
+                                 pa.array([5, 6], pa.int64())], schema=MATCHED_SCHEMA)
+    keys = {DAY: "raw-1", date(2026, 2, 4): "raw-2"}
+    cache.write_matched(rows, keys, vocabulary)
+    assert cache.read_matched(keys, vocabulary).equals(rows)
+    assert cache.read_matched(keys, vocabulary.code(pa.array(["m-3"]))[1]).equals(rows)  # codes hold when it grows
+    late = cache.read_matched({DAY: "raw-1", date(2026, 2, 4): "raw-2-and-a-late-file"}, vocabulary)
+    assert late.column("transaction_id").to_pylist() == ["tx-1"]
+    assert cache.read_matched({DAY: "raw-1"}, vocabulary).num_rows == 1  # a date no longer asked for: not returned
+    assert cache.read_matched(keys, IdVocabulary.start()).num_rows == 0  # codes of another generation
+    shorter = IdVocabulary(vocabulary.generation, vocabulary.values.slice(0, 2))
+    assert cache.read_matched(keys, shorter).num_rows == 0  # its codes reach past this one

@@ -1,6 +1,7 @@
 """Nights through the lookback cache against builds without it: late payments on a cached date and
-back-dated fraud reports give the same rows as a table built from the raw store alone; a night
-killed while writing the cache publishes nothing half written."""
+back-dated fraud reports give the same rows as a table built from the raw store alone; a night reads
+only its new fraud reports and looks up only their payments; a night killed while writing the cache
+publishes nothing half written."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ import pytest
 from pipeline.contract import Kind
 from pipeline.datasets import lookback_cache as lookback_cache_module
 from pipeline.datasets.feature_table import FINGERPRINT_FILE, PARTITION_FILE, FeatureTable
-from pipeline.ingest.block_payments import raw_files_keys
+from pipeline.ingest import block_payments as block_payments_module
+from pipeline.ingest import feature_inputs as feature_inputs_module
 from pipeline.ingest.dataset_plan import plan_nightly
-from pipeline.ingest.feature_inputs import committed_files_by_date
+from pipeline.ingest.feature_inputs import committed_files_by_date, partition_date, raw_files_keys
 from pipeline.ingest.feature_update import feature_table_root, plan_dates, update_feature_table
 from pipeline.ingest.raw_commit import commit_raw_run
 from pipeline.ingest.raw_layout import RawStore
@@ -112,3 +114,38 @@ def test_a_night_killed_while_caching_publishes_nothing_half_written(state_dir, 
     assert night(store, table, second, cfg) == ("2026-02-07", "2026-02-08", "2026-02-09")
     cached = table.read(plan_dates(second)).sort_by("transaction_id")
     assert cached.equals(build_without_cache(store, second, cfg, tmp_path / "fresh"))
+
+
+def test_a_night_reads_only_its_new_fraud_reports_and_matches_only_those(state_dir, sim, tmp_path, monkeypatch):
+    cfg, store, delivered = config(), RawStore(state_dir / "raw"), set()
+    table = FeatureTable(feature_table_root(cfg.dataset.feature_table, store))
+    for n in range(2):
+        deliver(store, sim, n, delivered)
+        night(store, table, plan_nightly(FIRST_NIGHT + timedelta(days=n), cfg.dataset), cfg)
+    deliver(store, sim, 2, delivered)  # with back-dated reports: their payments are looked up
+    label_reads, searched = [], []
+    read_files, dated_payments = feature_inputs_module.read_files, block_payments_module._dated_payments
+
+    def recording_read(files, kind, columns):
+        label_reads.extend(files if kind == Kind.LABEL else [])
+        return read_files(files, kind, columns)
+
+    def recording_search(cache, files, block, keys):
+        searched.extend(keys)
+        return dated_payments(cache, files, block, keys)
+
+    monkeypatch.setattr(feature_inputs_module, "read_files", recording_read)
+    monkeypatch.setattr(block_payments_module, "_dated_payments", recording_search)
+    third = plan_nightly(FIRST_NIGHT + timedelta(days=2), cfg.dataset)
+    assert night(store, table, third, cfg)
+    label_files = committed_files_by_date(store, Kind.LABEL)
+    new_label_files = [p for paths in label_files.values() for p in paths if "run_id=night-2" in str(p)]
+    touched = {partition_date(p) for p in new_label_files}  # a date with a new file is read again, whole
+    assert touched and sorted(label_reads) == sorted(p for d in touched for p in label_files[d])
+    new_reports = pd.read_parquet(new_label_files)
+    new_frauds = set(new_reports[new_reports["is_fraud"]]["transaction_id"])
+    tx = sim.transactions
+    their_dates = set(pd.to_datetime(tx[tx["transaction_id"].isin(new_frauds)]["event_time"]).dt.date)
+    assert searched and set(searched) <= their_dates  # older reports' payments come from the stored matches
+    cached = table.read(plan_dates(third)).sort_by("transaction_id")
+    assert cached.equals(build_without_cache(store, third, cfg, tmp_path / "fresh"))
