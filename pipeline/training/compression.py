@@ -53,15 +53,18 @@ def k_for(numel: int, density: float) -> int:
     return max(1, min(numel, math.ceil(numel * density - 1e-9)))
 
 
-def density_at_step(step: int, target: float, dense_warmup_steps: int, decay_steps: int) -> float:
+def density_at_step(step: int, target: float, dense_warmup_steps: int, decay_steps: int, start: float = 1.0) -> float:
     """Density of global optimizer ``step``: 1.0 during the dense warm-up, then an exponential decay
-    from 1.0 to ``target`` over ``decay_steps`` steps (DGC's sparsity warm-up), then ``target``."""
+    from ``start`` to ``target`` over ``decay_steps`` steps (DGC's sparsity warm-up), then ``target``.
+
+    The decay's bytes are its mean density, ``(start - target) / ln(start / target)`` a step: 0.145
+    from 1.0 to 0.001, 0.0215 from 0.1 (DGC itself starts at 0.25)."""
     if target >= 1.0 or step < dense_warmup_steps:
         return 1.0
-    if decay_steps <= 0:
+    if decay_steps <= 0 or start <= target:
         return target
     progress = min(1.0, (step - dense_warmup_steps) / decay_steps)
-    return max(target, target ** progress)
+    return max(target, start * (target / start) ** progress)
 
 
 def local_clip_threshold(grad_clip: float, world_size: int, share: float = 1.0) -> float:

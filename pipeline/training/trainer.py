@@ -196,7 +196,8 @@ class Trainer:
         step, cfg = self.state.global_step, self.config
         self.comm.begin_step(
             density_at_step(step, cfg.compression.density, cfg.compression.dense_warmup_steps,
-                            round(cfg.compression.density_warmup_epochs * self.data.steps_per_epoch)),
+                            round(cfg.compression.density_warmup_epochs * self.data.steps_per_epoch),
+                            cfg.compression.density_warmup_start),
             dense=step < cfg.compression.dense_warmup_steps, step=step)
         lr = lr_at_step(step, cfg.optim.lr, self.total_steps, cfg.schedule)
         freeze_variance = cfg.compression.freeze_variance and step >= cfg.compression.dense_warmup_steps

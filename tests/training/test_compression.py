@@ -40,6 +40,17 @@ def test_density_schedule_dense_then_exponential_decay_to_target():
     assert density_at_step(7, 0.01, 5, 0) == 0.01  # no sparsity warm-up configured
 
 
+def test_density_schedule_can_start_its_decay_below_dense():
+    target, dense, decay = 0.001, 5, 100
+    assert density_at_step(4, target, dense, decay, start=0.1) == 1.0  # the dense steps stay dense
+    assert density_at_step(5, target, dense, decay, start=0.1) == pytest.approx(0.1)
+    assert density_at_step(55, target, dense, decay, start=0.1) == pytest.approx(0.01)  # halfway in log space
+    assert density_at_step(105, target, dense, decay, start=0.1) == pytest.approx(target)
+    mean = sum(density_at_step(s, target, dense, 100_000, start=0.1) for s in range(5, 100_005)) / 100_000
+    assert mean == pytest.approx((0.1 - target) / math.log(0.1 / target), rel=1e-3)  # the docstring's byte count
+    assert density_at_step(50, 0.01, 5, 100, start=0.01) == 0.01  # starting at the target: no decay
+
+
 def test_select_topk_takes_largest_magnitudes_and_nan_first():
     acc = torch.tensor([0.1, -5.0, 3.0, 0.0, -0.2])
     values, indices = select_topk(acc, 2)

@@ -88,8 +88,9 @@ def test_one_run_reads_bytes_timings_and_the_variants_own_warmups(monkeypatch, t
         for epoch, wait in enumerate((4.0, 1.0)):
             run.append_epoch({"epoch": epoch, "step": 100 * (epoch + 1), "step_s": 10.0, "comm_wait_s": wait,
                               "buckets_per_step": 1.0})
-        steps = [{"step": s, "bytes_sent": 1000 if s <= 30 else 2} for s in range(1, 201)]
-        summary = SimpleNamespace(global_step=200, bytes_sent_total=30 * 1000 + 170 * 2, bytes_dense_total=200 * 4000,
+        steps = [{"step": s, "bytes_sent": 1000 if s <= 10 else 50 if s <= 60 else 2} for s in range(1, 201)]
+        summary = SimpleNamespace(global_step=200, bytes_sent_total=10 * 1000 + 50 * 50 + 140 * 2,
+                                  bytes_dense_total=200 * 4000,
                                   train_samples=1000, train_samples_per_s=50.0, best_epoch=1, wall_s=30.0)
         return summary, steps
 
@@ -99,10 +100,11 @@ def test_one_run_reads_bytes_timings_and_the_variants_own_warmups(monkeypatch, t
     monkeypatch.setattr(bench, "EPOCHS", {True: 2, False: 2})
     variant = next(v for v in bench.VARIANTS if v.name == "topk_int8_ef")
     row = bench._train_and_score(tmp_path, variant, 1, tmp_path, SimpleNamespace(frame=None), quick=True)
-    assert seen["dense_warmup_exchange"] == "int8" and seen["density_warmup_epochs"] == 0.1  # the cheap warm-ups
-    assert seen["method"] == "topk_int8_ef" and seen["density"] == 0.001
-    # Warm-ups: 10 dense steps + 0.1 of a 100-step epoch = 20; steps 21..200 average (10 * 1000 + 170 * 2) / 180.
-    assert row["bytes_per_step"] == pytest.approx((10 * 1000 + 170 * 2) / 180)
+    assert seen["dense_warmup_exchange"] == "int8" and seen["density_warmup_start"] == 0.1  # the cheap warm-ups
+    assert seen["density_warmup_epochs"] == 0.5 and seen["method"] == "topk_int8_ef" and seen["density"] == 0.001
+    # Warm-ups: 10 dense steps + 0.5 of a 100-step epoch = 60; steps 61..200 are the steady ones.
+    assert row["bytes_per_step"] == 2.0
+    assert row["bytes_per_step_all_steps"] == pytest.approx((10 * 1000 + 50 * 50 + 140 * 2) / 200)
     assert row["bytes_dense_per_step"] == 4000 and row["train_s"] == 20.0
     assert row["comm_wait_share"] == pytest.approx(5.0 / 20.0)
     assert row["comm_wait_share_after_warmups"] == pytest.approx(1.0 / 10.0)  # epoch 1 starts at step 100

@@ -68,7 +68,7 @@ def test_a_bad_or_incompatible_compression_option_is_refused_with_the_reason(ove
 @pytest.mark.parametrize("overrides", [
     {"method": "int8"},
     {"method": "int8_ef", "quantization_chunk": 512},
-    {"method": "topk_int8_ef", "density": 0.001, "dense_warmup_exchange": "int8", "density_warmup_epochs": 0.1},
+    {"method": "topk_int8_ef", "density": 0.001, "dense_warmup_exchange": "int8", "density_warmup_start": 0.1},
     {"method": "topk_int8_ef", "local_clipping": True, "freeze_variance": True, "select_by_update": True},
     {"method": "topk_ef", "dense_warmup_exchange": "int8"},
     {"method": "powersgd", "powersgd_rank": 2},

@@ -22,6 +22,9 @@ def test_unknown_keys_and_bad_values_are_named():
     table = train_config_dict({"compression": {"density": 0.0}})
     with pytest.raises(ConfigError, match="compression.density"):
         train_config_from_dict(table)
+    table = train_config_dict({"compression": {"density": 0.01, "density_warmup_start": 0.001}})
+    with pytest.raises(ConfigError, match=r"density_warmup_start must be in \[density, 1\]"):
+        train_config_from_dict(table)
     table = train_config_dict({"compression": {"method": "zip"}})
     with pytest.raises(ConfigError, match="compression.method"):
         train_config_from_dict(table)
