@@ -20,14 +20,16 @@ date, then the next day.
 
 Why ``incremental_speedup`` has a ceiling here: a night no longer reads its lookback from raw
 Parquet (it loads 30 dates already coded from the table's lookback cache, see
-:mod:`pipeline.ingest.block_payments`, and reads only the new date's raw files), but the kernel still
-sorts and searches the 31-day history of the day's cards and merchants (~0.6M payments) to answer
-one day of queries: about half of a night. The rest is paid once per build whatever it computes:
-the plan's fraud reports (some sixty days of label files, the identity index), matching the
-window's reports to their payments, loading the cache, and publishing the new partition. The full
-rebuild runs the same kernel over 57 days and pays per date for raw reads, coding and partition
-writes, so the two move together: a faster kernel shortens both, and the ratio grows only with
-what a night alone is spared.
+:mod:`pipeline.ingest.block_payments`, and reads only the new date's raw files), nor the window's
+sixty dates of label files, nor matches every report again (the cache keeps each report date's fraud
+reports and each report's matched payment: it reads the new report date and matches the new
+reports). But the kernel still sorts and searches the 31-day history of the day's cards and
+merchants (~0.6M payments) to answer one day of queries: about half of a night. The rest is paid
+once per build whatever it computes: the identity-index lookup of the window's reports, file
+listings and fingerprints, loading the cache, and publishing the new partition. The full rebuild
+runs the same kernel over 57 days and pays per date for raw reads, coding and partition writes, so
+the two move together: a faster kernel shortens both, and the ratio grows only with what a night
+alone is spared.
 
 Each figure is the median of ``REPEATS`` runs. The online fields (``online_feature_us_p50/p99``,
 ``online_big_merchant_ratio``) come from :mod:`pipeline.bench.online_features`.
