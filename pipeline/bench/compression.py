@@ -194,7 +194,9 @@ def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]
 def compare_with_powersgd(table: dict[str, dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
     """For each of our hooks and each PowerSGD row: fewer bytes (after the warm-ups and over the whole
     run), quality at least equal (mean AUC and AP not below PowerSGD's by more than :data:`QUALITY_TIE`),
-    and both together ("beats"), with a sentence saying why not when it does not."""
+    and both together ("beats"), with a sentence saying why not when it does not. ``paired``: our
+    quality minus PowerSGD's, seed by seed (mean and std), so a reader can see whether a shortfall
+    stands out of the seeds' spread."""
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for ours in (name for name in OURS if name in table):
         out[ours] = {}
@@ -205,9 +207,13 @@ def compare_with_powersgd(table: dict[str, dict[str, Any]]) -> dict[str, dict[st
                      if mine[k]["mean"] < theirs[k]["mean"] - QUALITY_TIE[k]]
             why = [] if fewer else [f"more bytes ({mine['bytes_ratio_all_steps']['mean']:.1f}x vs "
                                     f"{theirs['bytes_ratio_all_steps']['mean']:.1f}x over the whole run)"]
-            why += [f"lower {k} ({mine[k]['mean']:.4f} vs {theirs[k]['mean']:.4f})" for k in short]
+            peer_by_seed = {r["seed"]: r for r in theirs["seeds"]}
+            paired = {k: _spread([r[k] - peer_by_seed[r["seed"]][k] for r in mine["seeds"] if r["seed"] in peer_by_seed])
+                      for k in ("auc", "average_precision")}
+            why += [f"lower {k} ({mine[k]['mean']:.4f} vs {theirs[k]['mean']:.4f}; paired by seed "
+                    f"{paired[k]['mean']:+.4f} +- {paired[k]['std']:.4f})" for k in short]
             out[ours][peer] = {"fewer_bytes": fewer, "quality_at_least_equal": not short,
-                               "beats": fewer and not short, "why_not": "; ".join(why)}
+                               "beats": fewer and not short, "why_not": "; ".join(why), "paired": paired}
     return out
 
 
