@@ -7,7 +7,7 @@ Layout under the table root (``<state>/features/<raw store name>`` by default, s
     date=YYYY-MM-DD/features.parquet    # the date's rows (arrow_kernel.ROW_SCHEMA), no labels
     date=YYYY-MM-DD/fingerprint.json    # {"fingerprint": <sha256 of the date's inputs>, "rows": n, ...}
     .build-<date>-<pid>/                # a partition being written (a killed build leaves only this)
-    _lookback/                          # each date's payments coded for the kernel (lookback_cache.py)
+    _lookback/                          # coded payments, fraud reports, matches (lookback_cache.py)
 
 A partition is a directory published whole (:func:`pipeline.atomic.publish_dir`): a reader sees the
 previous partition or the complete new one, never a Parquet file without its fingerprint or the

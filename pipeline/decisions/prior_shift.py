@@ -49,7 +49,7 @@ def adjust_to_prior(scores, source_prior: float, target_prior: float) -> np.ndar
     docstring). Raises ValueError for priors outside (0, 1) or scores outside [0, 1] or NaN."""
     _check_prior(source_prior, "source_prior")
     _check_prior(target_prior, "target_prior")
-    return _adjust(_probabilities(scores), source_prior, target_prior)
+    return shift_prior(_probabilities(scores), source_prior, target_prior)
 
 
 def estimate_prior(scores, source_prior: float, *, weights=None, prior_strength: float = PRIOR_STRENGTH,
@@ -78,7 +78,7 @@ def estimate_prior(scores, source_prior: float, *, weights=None, prior_strength:
     pseudo_rows = prior_strength / source_prior
     prior = source_prior
     for _ in range(max_iterations):
-        expected_frauds = float(_adjust(p, source_prior, prior) @ w)
+        expected_frauds = float(shift_prior(p, source_prior, prior) @ w)
         updated = float(np.clip((expected_frauds + prior_strength) / (rows + pseudo_rows), PRIOR_FLOOR,
                                 1.0 - PRIOR_FLOOR))
         if abs(updated - prior) < tolerance:
@@ -129,7 +129,9 @@ def _cap(prior: float, source_prior: float, max_odds_ratio: float) -> float:
     return odds / (1.0 + odds)
 
 
-def _adjust(p: np.ndarray, source_prior: float, target_prior: float) -> np.ndarray:
+def shift_prior(p, source_prior: float, target_prior: float):
+    """Bayes' rule for a prior change on probabilities ``p`` (an array, or one float: no numpy call,
+    the scoring path's per-payment case); unchecked, see :func:`adjust_to_prior`."""
     fraud = target_prior / source_prior * p
     genuine = (1.0 - target_prior) / (1.0 - source_prior) * (1.0 - p)
     return fraud / (fraud + genuine)

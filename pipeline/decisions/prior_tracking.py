@@ -21,7 +21,6 @@ source prior stands: no correction. Pure apart from its lock.
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from typing import Any, Literal
 import numpy as np
 
 from pipeline.config import ConfigError
-from pipeline.decisions.prior_shift import MAX_ODDS_RATIO, PRIOR_STRENGTH, estimate_prior
+from pipeline.decisions.prior_shift import MAX_ODDS_RATIO, PRIOR_STRENGTH, estimate_prior, shift_prior
 
 PriorMode = Literal["trailing_days", "off"]
 LOGIT_RANGE = 12.0  # scores beyond sigmoid(+-12) (~6e-6 from 0 or 1) fall in the end bins
@@ -85,7 +84,6 @@ class LivePriorTracker:
         self._centres = 1.0 / (1.0 + np.exp(-(edges[:-1] + edges[1:]) / 2))
         self._days: dict[int, np.ndarray] = {}  # UTC day -> score histogram
         self._priors: dict[int, float] = {}  # UTC day -> the estimate its payments are served at
-        self._latest_day: int | None = None
         self._lock = threading.Lock()  # the scoring thread and /score/batch's threads both observe
 
     def observe(self, days: np.ndarray, scores: np.ndarray) -> None:
@@ -115,7 +113,6 @@ class LivePriorTracker:
             oldest = min(self._days, default=None)
             for day in [k for k in self._priors if oldest is None or k < oldest]:
                 del self._priors[day]
-            self._latest_day = max(self._days, default=None)
 
     def prior(self, day: int) -> float:
         """The fraud prior the payments of UTC ``day`` are served at: EM over the scores of the
@@ -138,13 +135,9 @@ class LivePriorTracker:
 
     def probabilities(self, scores: Sequence[float], days: Sequence[int]) -> list[float]:
         """Each score (calibrated at the source prior) at the prior of its payment's day: one estimate
-        per distinct day of the batch, then a shift of each score's log-odds (the scoring path)."""
-        shifts: dict[int, float] = {}
-        for day in set(days):
-            prior = self.prior(day)
-            shifts[day] = _log_odds(prior) - _log_odds(self.source_prior)
-        return [score if shifts[day] == 0.0 or score in (0.0, 1.0)
-                else 1.0 / (1.0 + math.exp(-(_log_odds(score) + shifts[day])))
+        per distinct day of the batch, then Bayes' rule in plain float arithmetic (the scoring path)."""
+        priors = {day: self.prior(day) for day in set(days)}
+        return [score if priors[day] == self.source_prior else float(shift_prior(score, self.source_prior, priors[day]))
                 for score, day in zip(scores, days, strict=True)]
 
     def probability(self, score: float, day: int) -> float:
@@ -154,7 +147,7 @@ class LivePriorTracker:
     def describe(self) -> dict[str, Any]:
         """For /health: the source prior, the latest day's estimate and how many scores stand behind it."""
         with self._lock:
-            latest = self._latest_day
+            latest = max(self._days, default=None)
         if latest is None:
             return {"mode": "trailing_days", "source_prior": self.source_prior, "day": None, "prior": None,
                     "lookback_scores": 0, "correcting": False}
@@ -164,7 +157,3 @@ class LivePriorTracker:
                          if d in self._days)
         return {"mode": "trailing_days", "source_prior": self.source_prior, "day": latest, "prior": prior,
                 "lookback_scores": behind, "correcting": behind >= self.config.min_scores}
-
-
-def _log_odds(p: float) -> float:
-    return math.log(p) - math.log1p(-p)
