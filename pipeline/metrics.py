@@ -237,13 +237,21 @@ def wilson_upper_bound(successes: int, trials: int, confidence: float) -> float:
     Unlike the normal approximation it stays inside [0, 1] and is sound for the tens of frauds a
     monitored day holds, and for rates near 0 or 1.
     """
+    return _wilson(successes, trials, NormalDist().inv_cdf(confidence))[1]
+
+
+def wilson_interval(successes: int, trials: int, confidence: float) -> tuple[float, float]:
+    """Two-sided ``confidence`` interval of a binomial rate (Wilson score); (0, 1) for no trials."""
+    return _wilson(successes, trials, NormalDist().inv_cdf(0.5 + confidence / 2))
+
+
+def _wilson(successes: int, trials: int, z: float) -> tuple[float, float]:
     if trials <= 0:
-        return 1.0
-    z = NormalDist().inv_cdf(confidence)
+        return 0.0, 1.0
     p, n = successes / trials, trials
     centre = p + z * z / (2 * n)
     spread = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return min(1.0, (centre + spread) / (1 + z * z / n))
+    return max(0.0, (centre - spread) / (1 + z * z / n)), min(1.0, (centre + spread) / (1 + z * z / n))
 
 
 def _midranks(x: np.ndarray) -> np.ndarray:
@@ -430,12 +438,6 @@ def paired_bootstrap_differences(labels, scores_a, scores_b, metrics: Sequence[B
     """
     y, a = _arrays(labels, scores_a)
     _, b = _arrays(labels, scores_b)
-    method = "bootstrap" if clusters is None else "bootstrap-clustered"
-    codes = np.arange(y.size) if clusters is None else _cluster_codes(clusters, y.size)
-    units = int(codes.max()) + 1 if codes.size else 0
-    nan = float("nan")
-    if not _has_both_classes(y):
-        return tuple(PairedDifference(nan, nan, nan, confidence, method, units) for _ in metrics)
     ranked = (_RankedScores(y, a), _RankedScores(y, b))
     functions = [_of_sums(m, rate) for m in metrics]
 
@@ -443,18 +445,53 @@ def paired_bootstrap_differences(labels, scores_a, scores_b, metrics: Sequence[B
         sums_a, sums_b = (r.per_score(weights) for r in ranked)
         return [f(*sums_a) - f(*sums_b) for f in functions]
 
-    estimates = [float(d[0]) for d in differences(np.ones((1, y.size)))]
+    return _bootstrap(y, differences, len(metrics), clusters, resamples, confidence, seed)
+
+
+def bootstrap_intervals(labels, scores, metrics: Sequence[BootstrapMetric], clusters=None, resamples: int = 1000,
+                        confidence: float = 0.95, seed: int = 0, rate: float | None = None
+                        ) -> tuple[PairedDifference, ...]:
+    """Per metric of ``metrics``, that metric of one model's ``scores`` with a percentile interval from
+    the bootstrap :func:`paired_bootstrap_differences` uses (the same draws for the same ``seed`` and
+    ``clusters``), in the same record; its ``estimate`` is the metric itself, not a difference.
+
+    What a model's holdout figure promises for later days of the same portfolio: the gate's
+    ``recall_at_budget`` with the interval live recall is judged against.
+    """
+    y, s = _arrays(labels, scores)
+    ranked = _RankedScores(y, s)
+    functions = [_of_sums(m, rate) for m in metrics]
+
+    def values(weights: np.ndarray) -> list[np.ndarray]:
+        sums = ranked.per_score(weights)
+        return [f(*sums) for f in functions]
+
+    return _bootstrap(y, values, len(metrics), clusters, resamples, confidence, seed)
+
+
+def _bootstrap(y: np.ndarray, statistics: Callable[[np.ndarray], list[np.ndarray]], count: int, clusters,
+               resamples: int, confidence: float, seed: int) -> tuple[PairedDifference, ...]:
+    """``count`` statistics of the rows with percentile intervals over ``resamples`` draws of whole
+    clusters (or rows). ``statistics`` maps replicate weights (``replicates x rows``) to one array per
+    statistic."""
+    method = "bootstrap" if clusters is None else "bootstrap-clustered"
+    codes = np.arange(y.size) if clusters is None else _cluster_codes(clusters, y.size)
+    units = int(codes.max()) + 1 if codes.size else 0
+    nan = float("nan")
+    if not _has_both_classes(y):
+        return tuple(PairedDifference(nan, nan, nan, confidence, method, units) for _ in range(count))
+    estimates = [float(d[0]) for d in statistics(np.ones((1, y.size)))]
     rng = np.random.default_rng(seed)
     batch = max(1, BOOTSTRAP_CELLS // max(y.size, units))
-    diffs: list[list[np.ndarray]] = [[] for _ in metrics]
+    replicates: list[list[np.ndarray]] = [[] for _ in range(count)]
     for done in range(0, resamples, batch):
         size = min(batch, resamples - done)
         draws = rng.integers(0, units, size=(size, units)) + units * np.arange(size)[:, None]
         counts = np.bincount(draws.ravel(), minlength=size * units).reshape(size, units)
-        for out, d in zip(diffs, differences(counts[:, codes].astype(np.float64)), strict=True):
+        for out, d in zip(replicates, statistics(counts[:, codes].astype(np.float64)), strict=True):
             out.append(d)
     return tuple(_percentile_interval(est, np.concatenate(d), resamples, confidence, method, units)
-                 for est, d in zip(estimates, diffs, strict=True))
+                 for est, d in zip(estimates, replicates, strict=True))
 
 
 def _percentile_interval(estimate: float, diffs: np.ndarray, resamples: int, confidence: float, method: str,

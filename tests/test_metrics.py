@@ -15,6 +15,7 @@ from pipeline.metrics import (
     CalibrationBin,
     auc_roc,
     average_precision,
+    bootstrap_intervals,
     calibration_curve,
     card_precision_at_k,
     classification_report,
@@ -26,6 +27,8 @@ from pipeline.metrics import (
     precision_at_rate,
     recall_at_fpr,
     recall_at_rate,
+    wilson_interval,
+    wilson_upper_bound,
 )
 
 
@@ -333,11 +336,55 @@ def test_budget_bootstrap_estimates_the_plain_difference_and_shares_replicates_a
         paired_bootstrap_difference(y, a, b, "recall_at_rate", resamples=100)
 
 
+def test_one_models_recall_interval_covers_the_portfolios_recall_about_as_often_as_it_claims():
+    """Holdouts drawn from one portfolio: the 95% interval of each holdout's recall at the budget holds
+    the portfolio's own recall (a holdout 200 times larger) in about 95% of them, not in all or few."""
+    rng = np.random.default_rng(21)
+
+    def portfolio(n):
+        y = (rng.random(n) < 0.03).astype(np.int64)
+        return y, rng.normal(0.0, 1.0, n) + 2.0 * y
+
+    truth = recall_at_rate(*portfolio(400_000), 0.02)
+    covered, widths = 0, []
+    for seed in range(60):
+        y, s = portfolio(2000)
+        (recall,) = bootstrap_intervals(y, s, ("recall_at_rate",), resamples=300, seed=seed, rate=0.02)
+        assert recall.estimate == pytest.approx(recall_at_rate(y, s, 0.02), abs=1e-12)
+        assert (recall.method, recall.units) == ("bootstrap", 2000)
+        covered += recall.lower <= truth <= recall.upper
+        widths.append(recall.upper - recall.lower)
+    assert 50 <= covered <= 60 and 0.05 < np.mean(widths) < 0.5
+
+
+def test_one_models_interval_by_card_undoes_duplicated_rows_and_matches_the_paired_draws():
+    y, a, b = two_models(np.random.default_rng(22), n=1000)
+    (original,) = bootstrap_intervals(y, a, ("recall_at_rate",), resamples=400, seed=5, rate=0.05)
+    copies = [np.repeat(v, 5) for v in (y, a)]
+    cards = np.repeat(np.arange(y.size), 5)
+    (by_card,) = bootstrap_intervals(*copies, ("recall_at_rate",), clusters=cards, resamples=400, seed=5, rate=0.05)
+    assert (by_card.estimate, by_card.lower, by_card.upper) == pytest.approx(
+        (original.estimate, original.lower, original.upper), abs=1e-12)  # the same draws of the same evidence
+    (by_row,) = bootstrap_intervals(*copies, ("recall_at_rate",), resamples=400, seed=5, rate=0.05)
+    assert half_width(by_row) < 0.6 * half_width(original)
+    # Any bootstrap metric, not only the budget ones.
+    assert bootstrap_intervals(y, a, ("average_precision",), resamples=100)[0].estimate == pytest.approx(
+        average_precision_score(y, a), abs=1e-12)
+
+
 def test_intervals_are_nan_without_both_classes():
     y = np.zeros(50, dtype=np.int64)
     scores = np.linspace(0, 1, 50)
     assert math.isnan(delong_auc_difference(y, scores, scores).upper)
     assert math.isnan(paired_bootstrap_difference(y, scores, scores, resamples=100).upper)
+
+
+def test_wilson_interval_matches_the_published_value_and_stays_in_the_unit_interval():
+    assert wilson_interval(8, 10, 0.95) == pytest.approx((0.4902, 0.9433), abs=1e-4)  # Newcombe (1998), table I
+    assert wilson_interval(0, 20, 0.95)[0] == pytest.approx(0.0, abs=1e-12)
+    assert wilson_interval(20, 20, 0.95)[1] == pytest.approx(1.0, abs=1e-12)
+    assert wilson_interval(3, 20, 0.95)[1] < wilson_upper_bound(3, 20, 0.975) + 1e-12  # the same bound, two-sided
+    assert wilson_interval(0, 0, 0.95) == (0.0, 1.0)
 
 
 def test_report_carries_counts():

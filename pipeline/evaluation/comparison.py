@@ -27,6 +27,7 @@ import numpy as np
 from pipeline.evaluation.config import IntervalConfig
 from pipeline.metrics import (
     PairedDifference,
+    bootstrap_intervals,
     delong_auc_difference,
     paired_bootstrap_differences,
     population_stability_index,
@@ -98,10 +99,22 @@ def compare_models(labels: np.ndarray, challenger_scores: np.ndarray, champion_s
                       recall_at_budget=recall, precision_at_budget=precision)
 
 
-def budget_metrics(labels: np.ndarray, scores: np.ndarray, review_rate: float) -> dict[str, float]:
+def budget_metrics(labels: np.ndarray, scores: np.ndarray, review_rate: float, card_ids: np.ndarray | None = None,
+                   intervals: IntervalConfig | None = None) -> dict[str, float]:
     """One model's ``recall_at_budget`` and ``precision_at_budget`` on the rows it scored (finite
-    scores): what flagging its top ``review_rate`` share finds. NaN when undefined (no frauds, no rows)."""
+    scores): what flagging its top ``review_rate`` share finds. NaN when undefined (no frauds, no rows).
+
+    With ``intervals``, also ``recall_at_budget_lower`` / ``_upper``: the recall's interval from the
+    bootstrap the comparison uses (the same resamples, confidence and seed, by card when ``card_ids``
+    is given), which is what the model's recall on later days of the portfolio is judged against.
+    """
     finite = np.isfinite(scores)
     y, s = labels[finite], scores[finite]
-    return {"recall_at_budget": recall_at_rate(y, s, review_rate),
-            "precision_at_budget": precision_at_rate(y, s, review_rate)}
+    figures = {"recall_at_budget": recall_at_rate(y, s, review_rate),
+               "precision_at_budget": precision_at_rate(y, s, review_rate)}
+    if intervals is not None:
+        cards = None if card_ids is None else np.asarray(card_ids)[finite]
+        (recall,) = bootstrap_intervals(y, s, ("recall_at_rate",), clusters=cards, resamples=intervals.bootstrap_resamples,
+                                        confidence=intervals.confidence, seed=intervals.seed, rate=review_rate)
+        figures |= {"recall_at_budget_lower": recall.lower, "recall_at_budget_upper": recall.upper}
+    return figures

@@ -127,13 +127,15 @@ def _evaluate(config: RegistryConfig, challenger: ModelVersion, champion: ModelV
     challenger_points = _operating_points(challenger, "challenger", notes)
     budget, budget_source = comparison_budget(challenger_points, config.gate)
     challenger_scores = _score(name, challenger_v, holdout)
-    challenger_metrics = holdout_metrics(holdout, challenger_scores) | budget_metrics(labels, challenger_scores, budget)
+    challenger_metrics = holdout_metrics(holdout, challenger_scores) | budget_metrics(
+        labels, challenger_scores, budget, holdout.card_ids, config.gate.intervals)
     champion_v, champion_metrics, comparison, champion_thresholds = None, None, None, None
     if champion is not None:
         champion_v = int(champion.version)
         champion_points = _operating_points(champion, "champion", notes)
         champion_scores = _score(name, champion_v, holdout)
-        champion_metrics = holdout_metrics(holdout, champion_scores) | budget_metrics(labels, champion_scores, budget)
+        champion_metrics = holdout_metrics(holdout, champion_scores) | budget_metrics(
+            labels, champion_scores, budget, holdout.card_ids, config.gate.intervals)
         comparison = compare_models(labels, challenger_scores, champion_scores, holdout.card_ids,
                                     config.gate.intervals, review_rate=budget)
         champion_thresholds = _own_thresholds(champion_points, labels, champion_scores)
@@ -193,7 +195,7 @@ BUDGET_METRICS = ("recall_at_budget", "precision_at_budget")
 
 
 def _metric_tags(prefix: str, metrics: dict[str, float]) -> dict[str, str]:
-    keys = ("auc_roc", "average_precision", "ece", *BUDGET_METRICS)
+    keys = ("auc_roc", "average_precision", "ece", *BUDGET_METRICS, "recall_at_budget_lower", "recall_at_budget_upper")
     return {f"{prefix}{k}": f"{metrics[k]:.6f}" for k in keys if k in metrics}
 
 
