@@ -51,3 +51,18 @@ def ingest(ctx: click.Context, run_date, start, end, from_kafka: bool, master: s
             raise
         raise click.ClickException(message) from exc
     print_summary(report, output_console())
+    note = latest_note(report.dataset)
+    if note:
+        click.echo(note)
+
+
+def latest_note(dataset) -> str | None:
+    """What to know when the dataset just published is not LATEST (an older range: LATEST never
+    moves back, :func:`pipeline.datasets.manifest.publish_manifest`); None when it is."""
+    from pipeline.datasets.manifest import latest_version
+
+    latest = latest_version(dataset.root) if dataset is not None else None
+    if latest is None or latest == dataset.version:
+        return None
+    return (f"LATEST stays {latest}, whose label cutoff is later than {dataset.label_cutoff}: training, promote and "
+            f"evaluate read it by default; promote/evaluate --dataset-version {dataset.version} read this one")

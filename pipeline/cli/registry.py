@@ -132,7 +132,9 @@ def promote(ctx: click.Context, dataset_root: Path | None, dataset_version: str 
 @click.command()
 @click.option("--to-version", type=int, default=None, help="Make this registered version champion.")
 @click.option("--from-checkpoint", default=None, metavar="RUN_OR_PATH",
-              help="Register the model of a training checkpoint (run name, run dir or checkpoint dir) and make it champion.")
+              help="Register the model of a training checkpoint (run name, run dir or checkpoint dir) and make it "
+                   "champion, deciding at its run's operating points (a step-* checkpoint: chosen afresh on the run's "
+                   "validation split); refused when they cannot be known.")
 @click.option("--reason", default=None, help="Why, for the audit history.")
 @actor_option
 @click.pass_context

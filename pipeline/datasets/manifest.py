@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -124,7 +125,10 @@ def content_hash(shards: list[ShardInfo] | tuple[ShardInfo, ...], schema: dict[s
 
 
 def publish_manifest(root: Path, manifest: DatasetManifest) -> Path:
-    """Publish ``manifest`` under ``root`` (its shards must already be complete) and point LATEST at it.
+    """Publish ``manifest`` under ``root`` (its shards must already be complete) and point LATEST at
+    it, unless LATEST names a version with a later label cutoff: LATEST is the newest data, never
+    moved back. A backfill of an older range (or a rerun of an older night) is published and read by
+    its version; the gate's holdout, training and evaluation keep defaulting to the newest.
 
     Checks every shard exists with the recorded hash before publishing, so a manifest never
     references missing or partial data.
@@ -137,8 +141,27 @@ def publish_manifest(root: Path, manifest: DatasetManifest) -> Path:
             raise ManifestError(f"refusing to publish {manifest.version}: shard {p} does not match its hash")
     target = manifest_path(root, manifest.version)
     write_text_atomic(target, manifest.to_json())
-    write_text_atomic(latest_path(root), manifest.version + "\n")
+    if _newest(root, manifest):
+        write_text_atomic(latest_path(root), manifest.version + "\n")
     return target
+
+
+def latest_version(root: Path) -> str | None:
+    """The version LATEST names under ``root``; None when nothing is published."""
+    latest = latest_path(Path(root))
+    return latest.read_text().strip() if latest.is_file() else None
+
+
+def _newest(root: Path, manifest: DatasetManifest) -> bool:
+    """Whether ``manifest`` is at least as new (label cutoff) as LATEST's; a LATEST that names no
+    readable manifest is replaced."""
+    if latest_version(root) is None:
+        return True
+    try:
+        current = load_manifest(root)
+    except ManifestError:
+        return True
+    return date.fromisoformat(manifest.label_cutoff) >= date.fromisoformat(current.label_cutoff)
 
 
 def load_manifest(root: Path, version: str | None = None) -> DatasetManifest:

@@ -109,6 +109,14 @@ def plan_nightly(run_date: date, config: DatasetConfig) -> DatasetPlan:
     return DatasetPlan(run_date, split_windows(first, last, config))
 
 
+def window_terms(config: DatasetConfig) -> str:
+    """The day counts that add up to ``config.window_days``, in layout order, as the operator sets
+    them in ingest.toml (a zero gap lays out nothing and is left out)."""
+    terms = [("train_days", config.train_days), ("validation_days", config.validation_days),
+             ("gap_days", config.gap_days), ("test_days", config.test_days)]
+    return " + ".join(f"{name} {days}" for name, days in terms if days or name != "gap_days")
+
+
 def plan_backfill(start: date, end: date, config: DatasetConfig, data_until: date | None) -> DatasetPlan:
     """The dataset whose rows span exactly ``[start, end]``, labels as of ``end + maturity``.
 
@@ -123,8 +131,8 @@ def plan_backfill(start: date, end: date, config: DatasetConfig, data_until: dat
         first = end - timedelta(days=config.window_days - 1)
         raise PlanError(
             f"--start {start} --end {end} spans {days} days, but [dataset] in ingest.toml lays out "
-            f"{config.window_days} (train_days {config.train_days} + validation_days {config.validation_days} "
-            f"+ test_days {config.test_days}): use --start {first} --end {end}, or change those day counts")
+            f"{config.window_days} ({window_terms(config)}): use --start {first} --end {end}, "
+            f"or change those day counts")
     if data_until is None:
         raise PlanError("the raw store is empty: ingest from Kafka first (nightly run, or backfill --from-kafka)")
     plan = plan_nightly(end + timedelta(days=config.label_maturity_days), config)

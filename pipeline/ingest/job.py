@@ -121,10 +121,21 @@ def _run(config: IngestConfig, kafka: KafkaConfig | None, mode: str, plan_for, o
                 plan = plan or plan_for(store)
                 with progress.stage("features + shards + manifest") as counts:
                     dataset = build_dataset(session, store, plan, config.dataset, config.features, run_id)
-                    counts.update(version=dataset.version, rows=dataset.rows, frauds=dataset.frauds,
-                                  reused=dataset.reused)
+                    counts.update(dataset_stage_counts(dataset))
     return IngestReport(run_id, mode, landed.accounting if landed else (), dataset,
                         landed.run_manifest if landed else None, tuple(progress.stages), str(run_log.path))
+
+
+def dataset_stage_counts(dataset: DatasetSummary) -> dict:
+    """The dataset stage line's counts. ``rows``/``frauds`` are the whole published dataset; with a
+    gap they exceed the splits table's sum by the gap days' rows, which the line says (and why)."""
+    in_splits = sum(split["rows"] for split in dataset.splits.values())
+    counts: dict = {"version": dataset.version, "rows": dataset.rows, "frauds": dataset.frauds}
+    if dataset.splits and dataset.rows > in_splits:
+        gap_frauds = dataset.frauds - sum(split["frauds"] for split in dataset.splits.values())
+        counts["gap"] = (f"{dataset.rows - in_splits} rows, {gap_frauds} frauds (in rows, in no split: "
+                         "the evaluator reads the cards they report)")
+    return {**counts, "reused": dataset.reused}
 
 
 def run_nightly(config: IngestConfig, kafka: KafkaConfig, run_date: date, *, allow_data_loss: bool = False,

@@ -5,6 +5,10 @@
 * ``--from-checkpoint``: the model of a training checkpoint (a run's ``checkpoints/best`` or a
   ``step-*`` directory) is exported, logged and registered as a new version, then made champion.
 
+A rollback never changes how payments are decided behind the operator's back: a version registered
+from a checkpoint carries operating points like every trained version (:func:`checkpoint_operating_points`),
+or the rollback is refused (:class:`CheckpointError`) and the champion stays.
+
 The target is loaded before any alias moves, so a missing or corrupt artifact leaves the champion
 untouched. Every rollback appends an audit record. Alias moves happen under the registry lock.
 """
@@ -19,6 +23,14 @@ import mlflow
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
+from pipeline.decisions.operating_points import (
+    OPERATING_POINTS_FILE,
+    DecisionBudget,
+    OperatingPoints,
+    choose_operating_points,
+    read_operating_points,
+    write_operating_points,
+)
 from pipeline.registry import audit
 from pipeline.registry.aliases import advance_champion, current_champion, previous_champion, revert_champion
 from pipeline.registry.config import RegistryConfig
@@ -107,8 +119,73 @@ def _checkpoint_tags(ref: CheckpointRef) -> dict[str, str]:
     return {**tags, **code_lineage_tags({})}
 
 
+def checkpoint_operating_points(ref: CheckpointRef, model_dir: Path) -> tuple[OperatingPoints, str]:
+    """The operating points the model exported from ``ref`` into ``model_dir`` decides at, and where
+    they come from (the ``operating_points.origin`` tag).
+
+    * the run's own (``<run>/model/operating_points.json``) when ``model_dir`` holds the very model
+      the run exported (its ``best`` checkpoint after finalisation: same weights, calibration and
+      booster, byte for byte): they were chosen for these scores;
+    * otherwise (a ``step-*`` checkpoint: other weights, not calibrated), chosen afresh as training's
+      finalisation chooses them: :func:`choose_operating_points` with the run's ``[decisions]`` budget
+      on this model's probabilities of the run's validation split.
+
+    Raises :class:`CheckpointError`, saying what to do, when neither is possible (no run directory,
+    or its dataset is gone): registering the model without them would decide payments at the
+    serving config's fallback thresholds instead of the budget's.
+    """
+    if ref.run_dir is None:
+        raise CheckpointError(
+            f"{ref.checkpoint_dir} is not inside a training run (<run_dir>/checkpoints/), so nothing says at "
+            "which thresholds its model should decide; pass the checkpoint inside its run directory, or roll "
+            "back to a registered version with --to-version N")
+    run = RunDir(ref.run_dir)
+    shipped = read_operating_points(run.model) if run.model.is_dir() else None
+    if shipped is not None and _same_files(model_dir, run.model, exclude={OPERATING_POINTS_FILE}):
+        return shipped, "run-model"
+    return _validation_operating_points(run, model_dir), "checkpoint-validation"
+
+
+def _same_files(a: Path, b: Path, exclude: set[str]) -> bool:
+    names = {p.name for p in a.iterdir()} - exclude
+    return names == {p.name for p in b.iterdir()} - exclude and all(
+        (a / n).read_bytes() == (b / n).read_bytes() for n in names)
+
+
+def _validation_operating_points(run: RunDir, model_dir: Path) -> OperatingPoints:
+    # Imported here: torch and the dataset reader, for this path only.
+    import numpy as np
+    import torch
+
+    from models.fraud_mlp import frame_to_tensors, load_model
+    from pipeline.datasets.reader import read_split
+
+    root = run.read_dataset_root() if run.dataset.is_file() else None
+    if root is None or not root.is_dir():
+        raise CheckpointError(
+            f"{run.path}'s dataset ({root or 'not recorded'}) is not available, and this checkpoint is not the "
+            "model the run exported, so its operating points cannot be chosen on the validation split; restore "
+            "the dataset, pass the run's checkpoints/best, or roll back to a registered version with --to-version N")
+    try:
+        budget = DecisionBudget(**run.read_config().get("decisions", {}))
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"{run.config}: its [decisions] budget is unreadable ({exc})") from exc
+    manifest = run.read_dataset()
+    validation = read_split(root, manifest, "validation")
+    if validation.empty:
+        raise CheckpointError(f"{run.path}'s dataset has no validation rows to choose operating points on; "
+                              "roll back to a registered version with --to-version N")
+    model = load_model(model_dir)
+    # Columns by the model's own feature names, as every scorer feeds it (never the manifest's order).
+    numeric, categorical = frame_to_tensors(validation, model.config)
+    with torch.inference_mode():
+        scores = model.predict_proba(numeric, categorical).numpy().astype(np.float64)
+    return choose_operating_points(validation[manifest.label_column].to_numpy(), scores, budget)
+
+
 def register_checkpoint(config: RegistryConfig, client: MlflowClient, ref: CheckpointRef) -> int:
-    """Export the checkpoint's model, log it as a new MLflow run and register it; returns the version."""
+    """Export the checkpoint's model with its operating points (:func:`checkpoint_operating_points`),
+    log it as a new MLflow run and register it; returns the version."""
     # Imported here: only this path needs the training package's torch side (the checkpoint format).
     from pipeline.training.export import export_model_from_checkpoint
 
@@ -119,12 +196,15 @@ def register_checkpoint(config: RegistryConfig, client: MlflowClient, ref: Check
             model_dir = export_model_from_checkpoint(ref.checkpoint_dir, Path(tmp) / "model")
         except (OSError, RuntimeError, KeyError) as exc:  # CheckpointError is a RuntimeError
             raise CheckpointError(f"cannot export a model from {ref.checkpoint_dir}: {exc}") from exc
+        points, origin = checkpoint_operating_points(ref, model_dir)
+        write_operating_points(model_dir, points)
+        version_tags = {**tags, **points.tags(), "operating_points.origin": origin}
         run_name = f"rollback-{run.name if run else ref.checkpoint_dir.parent.name}-{ref.checkpoint_dir.name}"
         with mlflow.start_run(experiment_id=ensure_experiment(client, config), run_name=run_name, tags=tags):
             if run is not None and run.dataset.is_file():
                 log_training_dataset(run.read_dataset(), run.read_dataset_root() or run.dataset)
             info = log_pyfunc_model(model_dir)
-        return register_version(config.model_name, info.model_uri, tags)
+        return register_version(config.model_name, info.model_uri, version_tags)
 
 
 def rollback_from_checkpoint(config: RegistryConfig, ref: str, actor: str | None = None,
