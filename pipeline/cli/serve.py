@@ -70,7 +70,9 @@ def serve(ctx: click.Context, host: str | None, port: int | None, with_kafka: bo
 def route(ctx: click.Context, partitions: str, host: str | None, port: int | None) -> None:
     """Front a partitioned scoring tier: each POST /score goes to the partition owning its card
     (X-Card-Id header, else the body's card_id, by the topic's murmur2), /score/batch is split by
-    owner and put back in order; GET /health and /ready cover every partition.
+    owner, checked by every owner before any scores it, and put back in order; GET /health and
+    /ready cover every partition. A partition that does not answer within [router] upstream_timeout_s
+    of serving.toml is a 504 naming it (/health: degraded).
 
     Checks at start that the partitions say they are 0..N-1 of N over one topic. Runs until
     SIGINT/SIGTERM. Exit code 1 when a partition is missing or misconfigured, or the port is taken.
@@ -83,9 +85,10 @@ def route(ctx: click.Context, partitions: str, host: str | None, port: int | Non
     if len(addresses) < 2 or any(not a.rpartition(":")[2].isdigit() for a in addresses):
         raise click.BadParameter("expected at least two HOST:PORT, comma-separated", param_hint="--partitions")
     try:
-        server = load_serving_config(cli_context(ctx).env).server
+        config = load_serving_config(cli_context(ctx).env)
+        server = config.server
         run_router(addresses, host or server.host, server.port if port is None else port, server.max_body_bytes,
-                   server.max_batch_bytes, server.limit_concurrency)
+                   server.max_batch_bytes, server.limit_concurrency, config.router.upstream_timeout_s)
     except (ConfigError, ServingError) as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
 

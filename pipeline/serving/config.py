@@ -5,10 +5,11 @@ policy and the choice of thresholds :class:`DecisionConfig`, the realised rates 
 check :class:`AlertsConfig`, the rule book :class:`RulesConfig`, the online-feature feed
 :class:`StreamConfig`, the timing rules on scored payments :class:`TimeRulesConfig`, the score
 publisher :class:`ScoresConfig`, the admin endpoints :class:`AdminConfig`, the process's share of a
-partitioned tier :class:`PartitionConfig`. Where the model comes
-from (registry URI, model name), which Kafka cluster and topics, the label delay of the features,
-the timing bounds and where the raw store lives are *not* repeated here: they come from
-``registry.toml``, ``kafka.toml`` and ``ingest.toml`` (one definition each).
+partitioned tier :class:`PartitionConfig`, the tier's router (``fraudctl route``)
+:class:`RouterConfig`. Where the model comes from (registry URI, model name), which Kafka cluster
+and topics, the label delay of the features, the timing bounds and where the raw store lives are
+*not* repeated here: they come from ``registry.toml``, ``kafka.toml`` and ``ingest.toml`` (one
+definition each).
 
 Connection settings: ``$FRAUD_SERVING_HOST`` / ``$FRAUD_SERVING_PORT`` (and ``--host`` / ``--port``)
 win over the file, and the admin token is read from ``$FRAUD_SERVING_ADMIN_TOKEN`` so that it never
@@ -200,6 +201,16 @@ class PartitionConfig:
 
 
 @dataclass(frozen=True)
+class RouterConfig:
+    """``fraudctl route``'s calls to the partitions (:mod:`pipeline.serving.router`)."""
+
+    # Every call to a partition (a payment, a batch part, /health, /ready) ends within this, or the
+    # router answers 504 naming the partition: a stalled partition must not hang the tier's front.
+    # Above a full batch's scoring time (max_batch_items), far below a payment switch's patience.
+    upstream_timeout_s: float = 5.0
+
+
+@dataclass(frozen=True)
 class ServingConfig:
     server: ServerConfig = field(default_factory=ServerConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -209,6 +220,7 @@ class ServingConfig:
     stream: StreamConfig = field(default_factory=StreamConfig)
     time_rules: TimeRulesConfig = field(default_factory=TimeRulesConfig)
     scores: ScoresConfig = field(default_factory=ScoresConfig)
+    router: RouterConfig = field(default_factory=RouterConfig)
     admin: AdminConfig = field(default_factory=AdminConfig)
     partition: PartitionConfig = field(default_factory=PartitionConfig)
 
@@ -234,6 +246,8 @@ def validate_serving_config(config: ServingConfig, source: str = "serving.toml")
                         f"{config.stream.watch_interval_s} and {config.stream.stall_after_s}")
     if config.scores.queue_size < 1 or not config.scores.topic:
         problems.append("scores.queue_size must be >= 1 and scores.topic non-empty")
+    if not config.router.upstream_timeout_s > 0:
+        problems.append(f"router.upstream_timeout_s must be > 0 (seconds), got {config.router.upstream_timeout_s}")
     problems += alerts_problems(config.alerts)
     if problems:
         raise ConfigError(f"{source}: " + "; ".join(problems))

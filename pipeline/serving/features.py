@@ -153,6 +153,12 @@ class FeatureStore:
                 self._observe(payment)
             return self._state.features_many(payments)
 
+    def check_many(self, payments: Sequence[Payment]) -> None:
+        """Raise PaymentRefused as :meth:`score_features_many` would now, remembering nothing (the
+        router's check pass before a batch split across partitions is scored)."""
+        with self._lock:
+            self._screen(payments)
+
     def _screen(self, payments: Sequence[Payment]) -> None:
         if self.time_rules is None:
             return

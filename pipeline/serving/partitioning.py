@@ -122,6 +122,10 @@ class Ownership:
                 "partitioner": "murmur2"}
 
 
+# A partition checks a batch part here as POST /score/batch would, scoring and remembering nothing:
+# the router's first pass over a batch split across partitions (all-or-nothing, router.py).
+BATCH_CHECK_PATH = "/score/batch/check"
+
 UNPARTITIONED_TOPIC = 1  # an unpartitioned service owns every card, whatever the topic's partitions
 
 

@@ -17,18 +17,27 @@ Routing:
   that disagrees included). A body without a readable ``card_id`` goes to partition 0, which answers
   the contract's 400/422 as any partition would.
 * ``POST /score/batch``: the items are checked with the event contract here, so that a batch the
-  service would refuse is refused whole (sent as it is to partition 0, which names the item); a
-  valid batch is split by owner, the parts scored concurrently, the results put back in request
-  order. A part a partition refuses (a payment its timing rules refuse, 422) fails the batch with
-  that item's original ``index``, but the other parts were scored: unlike one process, a
-  partitioned batch is not all-or-nothing for the timing rules.
-* ``GET /health``: every partition's status; ``GET /ready``: 200 once every partition is ready.
+  service would refuse is refused whole (sent as it is to partition 0, which names the item). A
+  valid batch of one owner goes to it as it is (one process: all-or-nothing). A batch split across
+  owners is all-or-nothing in two passes (:meth:`Router._split_batch`): first every owner checks its
+  part on ``POST /score/batch/check`` (readiness, ownership, ingest's timing rules; nothing scored
+  or remembered), and a refusal there answers the batch with that item's ``index`` in the request
+  while no partition has scored anything; only when every part passed are the parts scored
+  concurrently and the results put back in request order.
+  What stays non-atomic: the scoring pass can still fail for a part after others were scored (its
+  partition died or stalled between the passes, or its watermark or clock moved a payment past
+  a timing bound in those milliseconds). The client then gets that part's error (its status,
+  ``error``, ``index``) plus ``results``, in request order, holding the decision of every item that
+  was scored and published and ``null`` for the others, and ``unknown``, the positions whose
+  partition never answered (they may yet be scored: look on the scores topic before resending).
+  A non-200 batch answer without ``results`` scored nothing.
+* ``GET /health``: every partition's status, ``degraded`` with ``problems`` naming each partition
+  that did not answer within the deadline; ``GET /ready``: 200 once every partition is ready.
 
-Upstream connections are HTTP/1.1 keep-alive, pooled per partition (:class:`Upstream`); a pooled
-connection idle for more than ``IDLE_S`` is closed rather than reused, so a request is never
-written to a connection uvicorn (5 s keep-alive) may be closing. Nothing is retried: a POST
-/score that reached a partition has been published to the scores topic, and a retry would publish
-it twice. An unreachable partition is a 502 naming it.
+Every call to a partition has a deadline, ``[router] upstream_timeout_s`` of serving.toml
+(:mod:`.upstream`): a partition that does not answer within it is a 504 naming it (index and
+address), one that cannot be reached a 502. Nothing is retried: a POST /score that reached a
+partition has been published to the scores topic, and a retry would publish it twice.
 
 At start the router reads each partition's ``/health`` ``partition`` section and refuses to run
 unless partition ``i`` of ``--partitions`` says it is index ``i`` of that many, all over the same
@@ -52,11 +61,11 @@ from starlette.types import Receive, Scope, Send
 from pipeline.contract import Kind, validate_object
 from pipeline.serving.errors import RequestRefused, ServingError
 from pipeline.serving.http_bodies import dumps, read_body
-from pipeline.serving.partitioning import Ownership
+from pipeline.serving.partitioning import BATCH_CHECK_PATH, Ownership
+from pipeline.serving.upstream import DEFAULT_TIMEOUT_S, Upstream, UpstreamFailed
 
 log = logging.getLogger(__name__)
 
-IDLE_S = 2.0  # a pooled upstream connection idle longer is closed, not reused (uvicorn keeps 5 s)
 CARD_HEADER = b"x-card-id"
 JSON_HEADERS = [(b"content-type", b"application/json")]
 DISCOVER_TIMEOUT_S = 120.0
@@ -74,60 +83,6 @@ class _Results(msgspec.Struct):
     results: list[msgspec.Raw]
 
 
-class Upstream:
-    """Keep-alive HTTP/1.1 connections to one scoring partition at ``address`` (``host:port``)."""
-
-    def __init__(self, address: str) -> None:
-        host, _, port = address.rpartition(":")
-        self.address, self.host, self.port = address, host, int(port)
-        self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter, float]] = []
-
-    async def request(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
-        """Status and body of one request; OSError (or IncompleteReadError) when the partition fails it."""
-        reader, writer = await self._connection()
-        try:
-            writer.write(b"%s %s HTTP/1.1\r\nhost: %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
-                         % (method.encode(), path.encode(), self.host.encode(), len(body), body))
-            status, answer, keep = await _read_response(reader)
-        except BaseException:
-            writer.close()
-            raise
-        if keep:
-            self._idle.append((reader, writer, time.monotonic()))
-        else:
-            writer.close()
-        return status, answer
-
-    async def _connection(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        now = time.monotonic()
-        while self._idle:
-            reader, writer, used = self._idle.pop()
-            if now - used < IDLE_S and not reader.at_eof():
-                return reader, writer
-            writer.close()
-        return await asyncio.open_connection(self.host, self.port)
-
-    def close(self) -> None:
-        for _, writer, _ in self._idle:
-            writer.close()
-        self._idle.clear()
-
-
-async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bytes, bool]:
-    """Status, body and whether the connection may be reused, of one HTTP/1.1 response."""
-    head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
-    status = int(head[0].split(" ", 2)[1])
-    headers = dict(line.lower().split(": ", 1) for line in head[1:] if ": " in line)
-    keep = headers.get("connection", "").lower() != "close"
-    if "content-length" in headers:
-        return status, await reader.readexactly(int(headers["content-length"])), keep
-    chunks = []  # chunked transfer encoding
-    while size := int((await reader.readuntil(b"\r\n")).strip(), 16):
-        chunks.append((await reader.readexactly(size + 2))[:-2])
-    await reader.readuntil(b"\r\n")
-    return status, b"".join(chunks), keep
-
-
 @dataclass(frozen=True)
 class Part:
     """The items of a batch one partition owns: their positions in the request, their raw JSON."""
@@ -135,6 +90,19 @@ class Part:
     owner: int
     positions: list[int]
     items: list[bytes]
+
+    def body(self) -> bytes:
+        return b'{"transactions":[%s]}' % b",".join(self.items)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A partition's answer to one call; ``answered`` False: the router's own 502/504 (the partition
+    did not answer, so a POST's outcome is unknown)."""
+
+    status: int
+    body: bytes
+    answered: bool = True
 
 
 def split_batch(body: bytes, layout: Ownership) -> list[Part] | None:
@@ -201,8 +169,7 @@ class Router:
                     return
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
-                for upstream in self.upstreams:
-                    upstream.close()
+                await asyncio.gather(*(upstream.close() for upstream in self.upstreams))
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
@@ -211,74 +178,135 @@ class Router:
         if route == ("POST", "/score"):
             body = await read_body(scope, receive, self.max_body_bytes)
             card = card_of(scope, body)
-            return await self._forward(0 if card is None else self.layout.owner(card), "/score", body)
+            answer = await self._call(0 if card is None else self.layout.owner(card), "/score", body)
+            return answer.status, answer.body
         if route == ("POST", "/score/batch"):
             return await self._batch(await read_body(scope, receive, self.max_batch_bytes))
         if route == ("GET", "/health"):
             return 200, dumps(await self.health())
         if route == ("GET", "/ready"):
-            statuses = await asyncio.gather(*(self._forward(i, "/ready", method="GET")
-                                              for i in range(len(self.upstreams))))
-            ready = all(status == 200 for status, _ in statuses)
-            return (200 if ready else 503), dumps({"ready": ready, "partitions": [s for s, _ in statuses]})
+            answers = await self._call_all("/ready")
+            ready = all(a.status == 200 for a in answers)
+            return (200 if ready else 503), dumps({"ready": ready, "partitions": [a.status for a in answers]})
         return 404, dumps({"error": "not_found", "field": None, "detail": f"the router serves POST /score, "
                            f"POST /score/batch, GET /health and GET /ready, not {scope['method']} {scope['path']}"})
 
-    async def _forward(self, index: int, path: str, body: bytes = b"", method: str = "POST") -> tuple[int, bytes]:
-        upstream = self.upstreams[index]
-        if method == "POST":
+    async def _call(self, index: int, path: str, body: bytes = b"", method: str = "POST") -> Answer:
+        """Partition ``index``'s answer, or the router's 502/504 naming it (within the deadline)."""
+        if method == "POST" and path != BATCH_CHECK_PATH:
             self.routed[index] += 1
         try:
-            return await upstream.request(method, path, body)
-        except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
-            return 502, dumps({"error": "upstream_unavailable", "field": None,
-                               "detail": f"scoring partition {index} at {upstream.address}: {type(exc).__name__}: {exc}"})
+            return Answer(*await self.upstreams[index].request(method, path, body))
+        except UpstreamFailed as exc:
+            log.warning("%s", exc)
+            return Answer(exc.status, dumps(exc.body()), answered=False)
+
+    async def _call_all(self, path: str) -> list[Answer]:
+        return await asyncio.gather(*(self._call(i, path, method="GET") for i in range(len(self.upstreams))))
 
     async def _batch(self, body: bytes) -> tuple[int, bytes]:
         parts = split_batch(body, self.layout)
         if parts is None or len(parts) <= 1:  # refused whole by partition 0, or one owner: as it is
-            return await self._forward(parts[0].owner if parts else 0, "/score/batch", body)
-        answers = await asyncio.gather(*(self._forward(p.owner, "/score/batch", b'{"transactions":[%s]}'
-                                                       % b",".join(p.items)) for p in parts))
-        failed = [(p, status, answer) for p, (status, answer) in zip(parts, answers, strict=True) if status != 200]
-        if failed:
-            return _first_refusal(failed)
-        results: list[bytes] = [b""] * sum(len(p.positions) for p in parts)
-        for part, (_, answer) in zip(parts, answers, strict=True):
-            for position, result in zip(part.positions, msgspec.json.decode(answer, type=_Results).results,
-                                        strict=True):
-                results[position] = bytes(result)
-        return 200, b'{"results":[%s]}' % b",".join(results)
+            answer = await self._call(parts[0].owner if parts else 0, "/score/batch", body)
+            return answer.status, answer.body
+        return await self._split_batch(parts)
+
+    async def _split_batch(self, parts: list[Part]) -> tuple[int, bytes]:
+        """Check every part, then score every part: see the module's docstring for what that guarantees."""
+        checks = await asyncio.gather(*(self._call(p.owner, BATCH_CHECK_PATH, p.body()) for p in parts))
+        refused = [(p, _explain_missing_check(a, self.upstreams[p.owner])) for p, a in zip(parts, checks, strict=True)
+                   if a.status != 200]
+        if refused:  # nothing was scored anywhere
+            _, status, refusal = first_refusal(refused)
+            return status, dumps(refusal)
+        answers = await asyncio.gather(*(self._call(p.owner, "/score/batch", p.body()) for p in parts))
+        return merge_parts(parts, answers)
 
     async def health(self) -> dict[str, Any]:
-        answers = await asyncio.gather(*(self._forward(i, "/health", method="GET") for i in range(len(self.upstreams))))
-        partitions = []
-        for i, (status, body) in enumerate(answers):
-            state = json.loads(body).get("status") if status == 200 else "unreachable"
-            partitions.append({"index": i, "address": self.upstreams[i].address, "status": state,
-                               "routed": self.routed[i]})
-        worst = "ok" if all(p["status"] == "ok" for p in partitions) else "degraded"
-        return {"status": worst, "partitions": partitions,
+        """Every partition's own status; ``degraded`` with ``problems`` naming each partition that is
+        not ok (or did not answer within the deadline)."""
+        partitions, problems = [], []
+        for i, answer in enumerate(await self._call_all("/health")):
+            upstream = self.upstreams[i]
+            entry = {"index": i, "address": upstream.address, "routed": self.routed[i]}
+            if answer.status == 200:
+                entry["status"] = json.loads(answer.body).get("status")
+            elif answer.answered:
+                entry.update(status=f"http_{answer.status}", detail=f"scoring partition {i} at {upstream.address} "
+                             f"answered {answer.status} to GET /health: {_detail(answer.body)}")
+            else:  # the router's 502/504, which names the partition
+                entry.update(status="timeout" if answer.status == 504 else "unreachable", detail=_detail(answer.body))
+            if entry["status"] != "ok":
+                problems.append(entry.get("detail") or f"scoring partition {i} at {upstream.address} reports "
+                                f"{entry['status']!r} on its /health")
+            partitions.append(entry)
+        return {"status": "degraded" if problems else "ok", "problems": problems, "partitions": partitions,
                 "layout": None if self.layout is None else self.layout.status()}
 
 
-def _first_refusal(failed: list[tuple[Part, int, bytes]]) -> tuple[int, bytes]:
-    """The refusal of the earliest refused item, its ``index`` mapped back to the request's."""
-    def original(part: Part, answer: bytes) -> tuple[int, dict[str, Any] | None]:
-        try:
-            body = json.loads(answer)
-        except ValueError:
-            return part.positions[0], None
-        local = body.get("index") if isinstance(body, dict) else None
-        return (part.positions[local] if isinstance(local, int) and 0 <= local < len(part.positions)
-                else part.positions[0]), body
+def _detail(body: bytes) -> str:
+    try:
+        return str(json.loads(body).get("detail"))
+    except (ValueError, AttributeError):
+        return body[:200].decode("utf-8", "replace")
 
-    ranked = sorted((original(part, answer) + (status, answer) for part, status, answer in failed),
-                    key=lambda r: r[0])
-    position, body, status, answer = ranked[0]
-    if body is None or "index" not in body:
-        return status, answer
-    return status, dumps({**body, "index": position})
+
+def _explain_missing_check(answer: Answer, upstream: Upstream) -> Answer:
+    """A 404/405 to the check means a partition older than the router: say so, not "not found"."""
+    if answer.answered and answer.status in (404, 405):
+        return Answer(502, dumps({"error": "upstream_outdated", "field": None, "partition": {
+            "index": upstream.index, "address": upstream.address}, "detail": (
+                f"scoring partition {upstream.index} at {upstream.address} has no POST {BATCH_CHECK_PATH}, the "
+                "router's check before a split batch is scored: it runs an older fraudctl; upgrade the "
+                "partitions before the router. Nothing of the batch was scored")}))
+    return answer
+
+
+def _refusal(part: Part, answer: Answer) -> tuple[int, dict[str, Any]]:
+    """The request position a part's refusal names (its ``index`` mapped back), and its body as a dict."""
+    try:
+        body = json.loads(answer.body)
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        return part.positions[0], {"error": "upstream_error", "field": None,
+                                   "detail": answer.body[:500].decode("utf-8", "replace")}
+    local = body.get("index")
+    if isinstance(local, int) and 0 <= local < len(part.positions):
+        return part.positions[local], {**body, "index": part.positions[local]}
+    return part.positions[0], body
+
+
+def first_refusal(failed: list[tuple[Part, Answer]]) -> tuple[int, int, dict[str, Any]]:
+    """Position, status and body of the earliest refused item, its ``index`` the request's."""
+    ranked = sorted(((*_refusal(part, answer), answer.status) for part, answer in failed), key=lambda r: r[0])
+    position, body, status = ranked[0]
+    return position, status, body
+
+
+def merge_parts(parts: list[Part], answers: list[Answer]) -> tuple[int, bytes]:
+    """The batch's answer from its parts' scoring answers: every result in request order when all
+    scored; otherwise the earliest failure, with ``results`` (null where not scored) and ``unknown``
+    (positions whose partition did not answer), so a client resends only what was not scored."""
+    results: list[bytes | None] = [None] * sum(len(p.positions) for p in parts)
+    failed, unknown = [], []
+    for part, answer in zip(parts, answers, strict=True):
+        if answer.status != 200:
+            failed.append((part, answer))
+            unknown += [] if answer.answered else part.positions
+            continue
+        for position, result in zip(part.positions, msgspec.json.decode(answer.body, type=_Results).results,
+                                    strict=True):
+            results[position] = bytes(result)
+    if not failed:
+        return 200, b'{"results":[%s]}' % b",".join(results)
+    _, status, refusal = first_refusal(failed)
+    log.error("a split batch was partly scored after every partition had checked it: %s", refusal.get("detail"))
+    refusal["detail"] = (f"{refusal.get('detail')} (every partition had checked the batch, but this part failed "
+                         "when scored: the items with a result in results were scored and published, resend only "
+                         "the others; those in unknown may yet be scored, look on the scores topic first)")
+    head = dumps({**refusal, "unknown": sorted(unknown)})[:-1]  # the results go in as they came, raw JSON
+    return status, head + b',"results":[%s]}' % b",".join(b"null" if r is None else r for r in results)
 
 
 async def discover_layout(upstreams: list[Upstream], timeout_s: float = DISCOVER_TIMEOUT_S) -> Ownership:
@@ -293,7 +321,7 @@ async def discover_layout(upstreams: list[Upstream], timeout_s: float = DISCOVER
                 if status == 200:
                     reported.append(json.loads(body).get("partition") or {})
                     break
-            except (OSError, asyncio.IncompleteReadError, ValueError):
+            except (UpstreamFailed, ValueError):
                 pass
             if time.monotonic() > deadline:
                 raise ServingError(f"scoring partition {i} at {upstream.address} did not answer GET /health "
@@ -317,12 +345,19 @@ def router_config(router: Router, host: str, port: int, limit_concurrency: int) 
                           lifespan="on", timeout_graceful_shutdown=10)
 
 
+def upstreams_of(addresses: list[str], timeout_s: float = DEFAULT_TIMEOUT_S,
+                 max_connections: int = 512) -> list[Upstream]:
+    """One :class:`.upstream.Upstream` per partition, by index."""
+    return [Upstream(i, address, timeout_s, max_connections) for i, address in enumerate(addresses)]
+
+
 def run_router(addresses: list[str], host: str, port: int, max_body_bytes: int, max_batch_bytes: int,
-               limit_concurrency: int) -> None:
-    """Route until SIGINT/SIGTERM. Raises ServingError when it never started (a partition missing or
-    misconfigured: the log says which)."""
+               limit_concurrency: int, upstream_timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    """Route until SIGINT/SIGTERM, every call to a partition bounded by ``upstream_timeout_s``. Raises
+    ServingError when it never started (a partition missing or misconfigured: the log says which)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    router = Router([Upstream(a) for a in addresses], max_body_bytes, max_batch_bytes)
+    # As many pooled connections per partition as the router takes requests: none waits for one.
+    router = Router(upstreams_of(addresses, upstream_timeout_s, limit_concurrency), max_body_bytes, max_batch_bytes)
     server = uvicorn.Server(router_config(router, host, port, limit_concurrency))
     server.run()
     if not server.started:

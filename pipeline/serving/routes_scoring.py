@@ -6,6 +6,8 @@ documents it in the OpenAPI spec and, if a request ever reaches it, answers thro
 batch with one model version, off the event loop; a payment ingest's timing rules refuse
 (:class:`.errors.PaymentRefused`), or of a card another service partition owns
 (:class:`.partitioning.Misdirected`, 421), refuses the batch, with its index, before any of it is scored.
+``POST /score/batch/check`` answers what /score/batch would refuse, scoring nothing: the router's
+first pass over a batch split across partitions (:mod:`.router`).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from pipeline.serving.http_bodies import (
     refusal,
     transaction_schema,
 )
-from pipeline.serving.partitioning import Misdirected
+from pipeline.serving.partitioning import BATCH_CHECK_PATH, Misdirected
 from pipeline.serving.service import ScoringService
 
 # A partitioned service (fraudctl serve --partition I/N) refuses cards it does not own.
@@ -65,5 +67,22 @@ def scoring_router(service: ScoringService, server: ServerConfig, answer: ScoreA
         except Misdirected as exc:
             raise exc.in_batch() from None
         return json_response({"results": [r.to_dict() for r in results]})
+
+    @router.post(BATCH_CHECK_PATH, responses=RESPONSES, openapi_extra={"requestBody": {"required": True, "content": {
+        JSON: {"schema": {"type": "object", "required": [BATCH_FIELD],
+                          "properties": {BATCH_FIELD: {"type": "array", "items": transaction_schema()}}}}}}})
+    async def check_batch(request: Request) -> Response:
+        """Check a batch as /score/batch would now, scoring and remembering nothing: ``{"checked": n}``,
+        or the refusal /score/batch would answer. The router asks every partition of a split batch
+        this before any of them scores it."""
+        events = decode_batch(await read_body(request.scope, request.receive, server.max_batch_bytes),
+                              server.max_batch_items)
+        try:  # off the event loop: it waits for the features' lock, which a scoring batch holds
+            await run_in_threadpool(service.check_batch, events)
+        except PaymentRefused as exc:
+            raise refusal(exc.rejection, exc.index) from None
+        except Misdirected as exc:
+            raise exc.in_batch() from None
+        return json_response({"checked": len(events)})
 
     return router

@@ -194,6 +194,13 @@ class ScoringService:
         live.observe([s.score for s in scores], days)
         return results
 
+    def check_batch(self, events: Sequence[dict[str, Any]]) -> None:
+        """Raise what :meth:`score_batch` would raise for ``events`` now (NotReady, Misdirected,
+        PaymentRefused), scoring, remembering and publishing nothing."""
+        self.live_model()
+        self.parts.features.ownership.check([e["card_id"] for e in events])
+        self.parts.features.check_many([payment_from_event(e) for e in events])
+
     def _decide(self, live: LiveVersion, thresholds: Thresholds, rules: RuleSet, event: dict[str, Any],
                 payment: Payment, features: dict[str, float | int], scored: Scored, probability: float | None,
                 scored_at: str) -> ScoreResult:

@@ -1,5 +1,5 @@
 """The tier's one routing function (Kafka's murmur2 partitioner), card ownership, the features a
-partition keeps, and 421 for a card another partition owns."""
+partition keeps, 421 for a card another partition owns, and the batch check the router asks first."""
 
 from __future__ import annotations
 
@@ -13,8 +13,15 @@ from pipeline.config import ConfigError
 from pipeline.features import definitions as fd
 from pipeline.serving.config import PartitionConfig
 from pipeline.serving.consistency import compare
-from pipeline.serving.features import FeatureStore, payment_from_event
-from pipeline.serving.partitioning import Misdirected, Ownership, kafka_partition, murmur2, parse_partition
+from pipeline.serving.features import FeatureStore, PaymentTimeRules, payment_from_event
+from pipeline.serving.partitioning import (
+    BATCH_CHECK_PATH,
+    Misdirected,
+    Ownership,
+    kafka_partition,
+    murmur2,
+    parse_partition,
+)
 from pipeline.serving.server import ownership_of
 from pipeline.serving.service import build_service
 from tests.serving import factory
@@ -135,3 +142,28 @@ def test_consistency_counts_rows_whose_merchant_features_differ():
     report = compare(online, {tid: served for tid in online}, date(2026, 3, 1))
     assert (report.matched, report.merchant_mismatched) == (1, 1)
     assert report.to_dict()["merchant_mismatch_share"] == pytest.approx(1 / 3)
+
+
+def test_the_batch_check_refuses_what_score_batch_would_and_scores_nothing(serving_config, config, window,
+                                                                         champion):
+    """The router's first pass over a split batch: the same refusals as /score/batch, nothing remembered."""
+    ownership = Ownership(0, 2, 4)
+    service = build_service(serving_config, config, factory.PARAMS, None, None, ownership=ownership,
+                            time_rules=PaymentTimeRules(max_lateness_days=7.0, max_clock_skew_s=300.0))
+    rows = [event(r) for r in window.transactions.head(60).to_dict("records")]
+    mine = [r for r in rows if ownership.owns(r["card_id"])][:4]
+    theirs = next(r for r in rows if not ownership.owns(r["card_id"]))
+    future = {**mine[2], "event_time": "2099-01-01T00:00:00Z"}
+    with TestClient(app_of(service)) as http:
+        checked = http.post(BATCH_CHECK_PATH, json={"transactions": mine})
+        misdirected = http.post(BATCH_CHECK_PATH, json={"transactions": [*mine[:3], theirs]})
+        mistimed = http.post(BATCH_CHECK_PATH, json={"transactions": [*mine[:2], future]})
+        invalid = http.post(BATCH_CHECK_PATH, json={"transactions": [{**mine[0], "amount": -1}]})
+        seen = http.get("/health").json()["features"]["payments_seen"]
+        scored = http.post("/score/batch", json={"transactions": mine})  # what passed the check scores
+    assert checked.status_code == 200 and checked.json() == {"checked": 4}
+    assert misdirected.status_code == 421 and misdirected.json()["index"] == 3
+    assert mistimed.status_code == 422 and (mistimed.json()["error"], mistimed.json()["index"]) == ("future_event_time", 2)
+    assert invalid.status_code == 422 and invalid.json()["index"] == 0
+    assert seen == 0  # four checks, and not one payment remembered
+    assert scored.status_code == 200 and len(scored.json()["results"]) == 4
