@@ -11,8 +11,10 @@ scores.
 
 Guards, each because the quantile alone would be wrong:
 
-* until ``min_scores`` live scores are seen (a version just swapped in, a restart), the validation
-  threshold decides: a quantile of few scores is noise;
+* until ``min_scores`` scores are in the window, the validation threshold decides: a quantile of few
+  scores is noise. A version swapped in or restarted does not start empty: its window is primed with
+  its scores on the payments the service saw just before (:meth:`ReviewThresholdTracker.prime`), so
+  it holds the budget from its first decision wherever that recent traffic is large enough;
 * the threshold stays within ``[validation / max_factor, validation * max_factor]``: a broken
   feature that collapses every score must not turn the top 0.5% of garbage into alerts, nor a
   burst of real fraud push the bar out of reach (the review-rate check on /health and the
@@ -81,6 +83,7 @@ class ReviewThresholdTracker:
         self._next = 0  # where the next score goes
         self._since_refresh = 0
         self._seen = 0
+        self._primed = 0
         self._quantile: float | None = None  # the window's unclipped quantile at the last refresh
         self._threshold = validation_threshold
         self._lock = threading.Lock()  # the scoring thread and /score/batch's threads both observe
@@ -108,6 +111,25 @@ class ReviewThresholdTracker:
             if self._filled >= self.config.min_scores and self._since_refresh >= self.config.refresh_every:
                 self._refresh()
 
+    def prime(self, scores: np.ndarray) -> None:
+        """Start from the version's scores on the payments the service saw just before it went live
+        (:mod:`pipeline.serving.recent_traffic`): the window is filled as if it had decided them, and
+        the quantile is taken at once when they reach ``min_scores``. Once per version, before it decides."""
+        s = np.asarray(scores, dtype=np.float64).ravel()
+        s = s[np.isfinite(s)][-self.config.window:]
+        if s.size == 0:
+            return
+        with self._lock:
+            self._append(s)
+            self._primed += s.size
+            if self._filled >= self.config.min_scores:
+                self._refresh()
+
+    @property
+    def primed(self) -> int:
+        """Scores of the recent traffic it started from (0: it starts from its own live scores only)."""
+        return self._primed
+
     def _append(self, s: np.ndarray) -> None:
         n, start = self.config.window, self._next
         first = min(s.size, n - start)
@@ -129,7 +151,7 @@ class ReviewThresholdTracker:
             clipped = self._quantile is not None and self._quantile != self._threshold
             return {"mode": "live_quantile", "review_threshold": self._threshold,
                     "validation_threshold": self.validation_threshold, "review_rate": self.review_rate,
-                    "scores_seen": self._seen, "window_scores": self._filled,
+                    "scores_seen": self._seen, "primed_scores": self._primed, "window_scores": self._filled,
                     "tracking": self._filled >= self.config.min_scores,
                     "bounds": [self._low, self._high], "at_bound": clipped,
                     "window_quantile": self._quantile}

@@ -43,6 +43,7 @@ from pipeline.ingest.config import RawStoreConfig
 from pipeline.serving.config import FutureReference, LateReference, TimeRulesConfig
 from pipeline.serving.errors import PaymentRefused
 from pipeline.serving.partitioning import Ownership, unpartitioned
+from pipeline.serving.recent_traffic import RecentTraffic
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 US = timedelta(microseconds=1)
@@ -125,8 +126,10 @@ class FeatureStore:
     ``ownership`` (None: every card) says which cards' windows this store keeps."""
 
     def __init__(self, params: FeatureParams, expiry_margin_hours: float, time_rules: PaymentTimeRules | None = None,
-                 wall_clock: Callable[[], float] = time.time, ownership: Ownership | None = None) -> None:
+                 wall_clock: Callable[[], float] = time.time, ownership: Ownership | None = None,
+                 recent: RecentTraffic | None = None) -> None:
         self.params = params
+        self.recent = recent  # the features of the latest scored payments (None: not kept)
         self.time_rules = time_rules
         self.ownership = ownership or unpartitioned()
         self._wall_clock = wall_clock
@@ -151,7 +154,31 @@ class FeatureStore:
             self._screen(payments)
             for payment in payments:
                 self._observe(payment)
-            return self._state.features_many(payments)
+            rows = self._state.features_many(payments)
+        if self.recent is not None:
+            self.recent.add(rows)
+        return rows
+
+    def recent_since_us(self) -> int | None:
+        """The earliest event time whose features the state can still compute whole (the latest less the
+        expiry margin); None when no recent traffic is kept or nothing was seen."""
+        with self._lock:
+            return None if self.recent is None or self._latest_us is None else self._latest_us - self._margin_us
+
+    def remember_recent(self, payments: Sequence[Payment]) -> int:
+        """Put the features of already observed ``payments`` (the raw store's, after seeding) into the
+        recent traffic: those of this partition's cards within the expiry margin of the latest event
+        time, whose windows the state still holds whole, the latest ``recent.capacity`` of them. The
+        number of rows added."""
+        since = self.recent_since_us()
+        if since is None:
+            return 0
+        with self._lock:
+            kept = sorted((p for p in payments if p.ts_us >= since and self.ownership.owns(p.card_id)),
+                          key=lambda p: p.ts_us)[-self.recent.capacity:]
+            rows = self._state.features_many(kept)
+        self.recent.add(rows)
+        return len(rows)
 
     def check_many(self, payments: Sequence[Payment]) -> None:
         """Raise PaymentRefused as :meth:`score_features_many` would now, remembering nothing (the

@@ -14,6 +14,11 @@ corrupt operating-points file) changes nothing: the live model keeps serving, an
 kept (``last_error``, the failure counter) for /health and /metrics. A failed version is retried
 with a doubling back-off (a transient artifact-store error heals; a corrupt model does not spin).
 Promotions and rollbacks both just move the alias, so both reach the service the same way.
+
+A version's review threshold does not start from its validation days alone: before it goes live its
+tracker is primed with its own scores on the latest payments the service saw
+(:mod:`.recent_traffic`), so the budget it is held to is the share of today's traffic, not of days
+weeks older. A version that went live before the features were seeded is primed once they are.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from pipeline.decisions.review_tracking import ReviewThresholdTracker
 from pipeline.serving.config import DecisionConfig, ModelConfig
 from pipeline.serving.errors import ServingError
 from pipeline.serving.model_source import ModelSource
+from pipeline.serving.recent_traffic import RecentTraffic
 from pipeline.serving.scorer import FeatureRow, Scorer
 from pipeline.serving.thresholds import Thresholds, prior_tracker, review_tracker, thresholds_for
 
@@ -94,8 +100,9 @@ class ModelReloader:
     """The live model for one alias (``champion``, or ``challenger`` for shadow scoring)."""
 
     def __init__(self, source: ModelSource, alias: str, config: ModelConfig, warmup: Sequence[FeatureRow],
-                 decision: DecisionConfig) -> None:
+                 decision: DecisionConfig, recent: RecentTraffic | None = None) -> None:
         self.source = source
+        self.recent = recent  # the latest payments' features: a version's review threshold starts there
         self.alias = alias
         self.config = config
         self.decision = decision
@@ -164,6 +171,7 @@ class ModelReloader:
             scorer = Scorer(fetched.model, version, self.config.explain_top_k,
                             min(self.config.explain_min_score, lowest_review))
             scorer.warm_up(self.warmup)
+            self._prime(tracker, scorer)
         except Exception as exc:  # fetch, schema and warm-up failures alike: the live model stays
             _, attempts = self._retry.get(version, (0.0, 0))
             backoff = min(self.config.poll_interval_s * 2 ** attempts, MAX_RETRY_BACKOFF_S)
@@ -180,6 +188,24 @@ class ModelReloader:
         if thresholds.warning:
             log.warning("%s: %s", self.alias, thresholds.warning)
         return True
+
+    def prime_active(self) -> None:
+        """Prime the live version's review threshold from the recent traffic, if it went live before
+        there was any (a service whose model loads before its features are seeded)."""
+        with self._lock:
+            active = self._active
+            if active is not None and active.tracker is not None and active.tracker.primed == 0:
+                self._prime(active.tracker, active.scorer)
+
+    def _prime(self, tracker: ReviewThresholdTracker | None, scorer: Scorer) -> None:
+        """Start ``tracker`` from ``scorer``'s scores on the recent traffic (nothing when there is none)."""
+        if tracker is None or self.recent is None or not len(self.recent):
+            return
+        started = time.monotonic()
+        tracker.prime(np.asarray(scorer.score_matrix(self.recent.matrix(), self.recent.columns)))
+        log.info("%s: version %s's review threshold starts from its scores on the %d latest payments: %.4g "
+                 "(validation: %.4g; %.2fs)", self.alias, scorer.version, tracker.primed, tracker.threshold,
+                 tracker.validation_threshold, time.monotonic() - started)
 
     def _record_failure(self, version: int | None, message: str, kind: str) -> None:
         self.loads[kind] += 1

@@ -44,6 +44,7 @@ from pipeline.serving.errors import ModelRejected
 
 FeatureRow = Mapping[str, float | int]
 FORWARD_CHUNK = 64  # payments explained per forward: 64 * 30 rows, activations of a few MB
+MATRIX_CHUNK = 4096  # rows per forward when a loaded version scores the recent traffic
 TRACE_TOLERANCE = 1e-6  # largest |graph - eager| score accepted on the warm-up rows
 
 log = logging.getLogger(__name__)
@@ -189,6 +190,17 @@ class Scorer:
     def score_rows(self, rows: Sequence[FeatureRow]) -> list[float]:
         """Fraud probabilities of many rows in one forward (no attribution: the shadow model's path)."""
         return self._forward(*self._arrays(rows)) if rows else []
+
+    def score_matrix(self, matrix: np.ndarray, columns: Sequence[str]) -> list[float]:
+        """Fraud probabilities of feature rows held as a matrix whose columns are named ``columns``
+        (:class:`.recent_traffic.RecentTraffic`'s), in forwards of at most ``MATRIX_CHUNK`` rows."""
+        index = {name: i for i, name in enumerate(columns)}
+        numeric = matrix[:, [index[n] for n in self.numeric]].astype(np.float32)
+        categorical = matrix[:, [index[c] for c in self.categorical]].astype(np.int64)
+        scores: list[float] = []
+        for start in range(0, matrix.shape[0], MATRIX_CHUNK):
+            scores += self._forward(numeric[start:start + MATRIX_CHUNK], categorical[start:start + MATRIX_CHUNK])
+        return scores
 
     def _use_traced_graph(self, rows: Sequence[FeatureRow]) -> None:
         """Serve with :func:`traced_logit` of the model if it agrees with the eager module on

@@ -8,7 +8,9 @@ holds, and only the earliest fraud report of a payment counts).
 How far back: the card windows read ``LOOKBACK_DAYS``; a merchant's fraud rate counts reports made
 (plus the label delay) within its longest window, for payments up to ``label_match_days`` before
 the report. Transactions from ``latest - (lookback + delay + match)`` days on are therefore replayed,
-and the labels reported since. Reads Parquet with pyarrow: no Spark session.
+and the labels reported since. Reads Parquet with pyarrow: no Spark session. Last, the features of the
+latest payments go into the store's recent traffic (:mod:`.recent_traffic`), where a version's
+review threshold starts from.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class SeedReport:
     labels: int
     since: date | None  # first partition date replayed (None: the store was empty)
     offsets: dict[str, dict[int, int]]  # topic -> partition -> next offset to consume
+    recent: int = 0  # of those payments, the latest whose features went into the recent traffic
 
 
 def seed_history_days(params: FeatureParams) -> int:
@@ -75,12 +78,19 @@ def seed_from_raw_store(features: FeatureStore, raw_root: Path) -> SeedReport:
     tx = read_raw(store, Kind.TRANSACTION, PAYMENT_COLUMNS, since)
     values = {c: tx[c].to_pylist() for c in PAYMENT_COLUMNS if c != "event_time"}
     ts = _epoch_us(tx["event_time"])
+
+    def payment(i: int) -> Payment:
+        return Payment(values["transaction_id"][i], values["card_id"][i], values["merchant_id"][i], ts[i],
+                       values["amount"][i], values["mcc"][i], values["channel"][i], values["country"][i])
+
     for i in range(tx.num_rows):
-        features.observe_payment(Payment(values["transaction_id"][i], values["card_id"][i], values["merchant_id"][i],
-                                         ts[i], values["amount"][i], values["mcc"][i], values["channel"][i],
-                                         values["country"][i]))
+        features.observe_payment(payment(i))
     labels = read_raw(store, Kind.LABEL, LABEL_COLUMNS, since)
     for tid, is_fraud, reported in zip(labels["transaction_id"].to_pylist(), labels["is_fraud"].to_pylist(),
                                        _epoch_us(labels["reported_at"]), strict=True):
         features.observe_label(tid, bool(is_fraud), reported)
-    return SeedReport(tx.num_rows, labels.num_rows, since, commit.offsets)
+    # After the labels: the latest payments' features count every report made before them.
+    since_us = features.recent_since_us()
+    recent = features.remember_recent([payment(i) for i in range(tx.num_rows) if since_us is not None
+                                       and ts[i] >= since_us])
+    return SeedReport(tx.num_rows, labels.num_rows, since, commit.offsets, recent)

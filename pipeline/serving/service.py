@@ -47,6 +47,7 @@ from pipeline.serving.prometheus import Counter
 from pipeline.serving.publisher import ScorePublisher
 from pipeline.serving.rate_check import ReviewRateCheck
 from pipeline.serving.rates import DecisionRates
+from pipeline.serving.recent_traffic import RecentTraffic
 from pipeline.serving.reloader import LiveVersion, ModelReloader
 from pipeline.serving.rules import RuleBook, RuleSet
 from pipeline.serving.score_event import ScoreEvent
@@ -280,13 +281,20 @@ def build_service(config: ServingConfig, registry: RegistryConfig, features: Fea
     this process is (None: it owns every card); its feed still follows every topic partition."""
     source = RegistryModelSource(registry)
     warmup = warmup_rows(features, config.model.warmup_rows)
-    champion = ModelReloader(source, CHAMPION, config.model, warmup, config.decision)
-    shadow = (ModelReloader(source, CHALLENGER, config.model, warmup, config.decision)
+    tracking = config.decision.review_tracking
+    recent = RecentTraffic(tracking.window) if tracking.mode == "live_quantile" else None
+    champion = ModelReloader(source, CHAMPION, config.model, warmup, config.decision, recent)
+    shadow = (ModelReloader(source, CHALLENGER, config.model, warmup, config.decision, recent)
               if config.model.shadow else None)
-    store = FeatureStore(features, config.stream.expiry_margin_hours, time_rules, ownership=ownership)
+    store = FeatureStore(features, config.stream.expiry_margin_hours, time_rules, ownership=ownership, recent=recent)
     feed = None
     if kafka is not None and (config.stream.consume or config.stream.seed_from_raw_store):
-        feed = EventFeed(store, kafka, config.stream, raw_root, clock, time_rules)
+        def prime_live_versions() -> None:
+            for reloader in (champion, shadow):
+                if reloader is not None:
+                    reloader.prime_active()
+
+        feed = EventFeed(store, kafka, config.stream, raw_root, clock, time_rules, on_seeded=prime_live_versions)
     publisher = None
     if (kafka is not None and config.scores.publish) or shadow is not None:
         publisher = ScorePublisher(config.scores, kafka, config.decision,

@@ -60,8 +60,9 @@ class EventFeed(BackgroundThread):
 
     def __init__(self, features: FeatureStore, kafka: KafkaConfig, config: StreamConfig,
                  raw_root: Path | None, clock: Callable[[], float] = time.monotonic,
-                 time_rules: PaymentTimeRules | None = None) -> None:
+                 time_rules: PaymentTimeRules | None = None, on_seeded: Callable[[], None] | None = None) -> None:
         super().__init__("event-feed")
+        self.on_seeded = on_seeded  # called once the seed is done (the live versions' thresholds start there)
         self.features = features
         # Ingest's own references whatever /score is judged against: the record's timestamp, the partition.
         self.time_rules = (None if time_rules is None else
@@ -101,6 +102,11 @@ class EventFeed(BackgroundThread):
             except Exception as exc:  # an unreadable store: serve on what Kafka still holds
                 self.last_error = f"seeding from {self.raw_root} failed ({type(exc).__name__}: {exc})"
                 log.exception("seeding the online features failed")
+        if self.on_seeded is not None:
+            try:
+                self.on_seeded()
+            except Exception:  # a threshold left at its validation value must not stop the feed
+                log.exception("starting the live versions' review thresholds from the seeded traffic failed")
         self.seeded.set()
         if not self.config.consume:
             return

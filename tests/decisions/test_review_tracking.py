@@ -91,3 +91,24 @@ def test_non_finite_scores_are_not_counted():
 def test_bad_settings_name_their_key(settings, key):
     with pytest.raises(ConfigError, match=f"review_tracking.*{key}|{key}"):
         ReviewTrackingConfig(**settings)
+
+
+def test_a_primed_tracker_holds_the_budget_of_the_recent_traffic_from_its_first_decision():
+    rng = np.random.default_rng(11)
+    recent = rng.beta(0.5, 8.0, 300)
+    t = tracker(validation=0.5, window=400, min_scores=100, refresh_every=350)
+    t.prime(recent)
+    assert t.threshold == quantile_of(recent) and t.primed == 300  # no live score, no wait for refresh_every
+    described = t.describe()
+    assert described["tracking"] and described["primed_scores"] == 300 and described["scores_seen"] == 0
+    live = rng.beta(0.5, 8.0, 350)
+    t.observe(live)  # live scores join the same window
+    assert t.threshold == quantile_of(np.concatenate([recent, live])[-400:])
+
+
+def test_too_little_recent_traffic_leaves_the_validation_threshold_until_live_scores_make_up_the_rest():
+    t = tracker(validation=0.5, window=400, min_scores=100, refresh_every=10)
+    t.prime(np.full(60, 0.02))
+    assert t.threshold == 0.5 and not t.describe()["tracking"]
+    t.observe(np.full(40, 0.02))  # 60 primed + 40 live = min_scores
+    assert t.threshold == pytest.approx(0.02)
