@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from pipeline.cli.context import cli_context, parse_date
 from pipeline.config import ConfigError
+
+if TYPE_CHECKING:  # pandas and the feature kernel: imported where the command runs
+    from pipeline.serving.consistency import ConsistencyReport
 
 
 def keep_spark_out() -> None:
@@ -103,13 +107,17 @@ def route(ctx: click.Context, partitions: str, host: str | None, port: int | Non
 @click.pass_context
 def consistency(ctx: click.Context, day, min_share: float, tolerance: float) -> None:
     """Rebuild the features of the payments scored on DATE from the raw store and compare them with
-    the values the service used (read back from the scores topic). Prints a JSON report.
+    the values the service used (read back from the scores topic); then score the rebuilt features
+    with each deciding version from the registry and compare its scores and decisions with the
+    served ones. Prints a JSON report.
 
-    Exit code 0 when at least --min-share of them match, 1 when fewer do (or a store is unreadable).
+    Exit code 0 when at least --min-share of them match and every score and decision agrees, 1
+    otherwise (or when a store is unreadable).
     """
     from pipeline.ingest.config import load_ingest_config
     from pipeline.kafka.admin import KafkaUnavailable
     from pipeline.kafka.settings import load_kafka_config
+    from pipeline.registry.config import load_registry_config
     from pipeline.serving.config import load_serving_config
     from pipeline.serving.consistency import check_consistency
 
@@ -117,12 +125,34 @@ def consistency(ctx: click.Context, day, min_share: float, tolerance: float) -> 
     try:
         ingest = load_ingest_config(env)
         report = check_consistency(day, load_kafka_config(env), load_serving_config(env).scores.topic,
-                                   ingest.raw.root(), ingest.features, tolerance)
+                                   ingest.raw.root(), ingest.features, tolerance, registry=load_registry_config(env))
     except (ConfigError, KafkaUnavailable) as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
     click.echo(json.dumps(report.to_dict(), indent=2))
     if report.scored == 0:
         raise click.ClickException(f"no decisions for payments of {day} on the scores topic: nothing to compare")
     if report.share < min_share:
-        raise click.ClickException(f"{report.matched} of {report.scored} scored payments match "
-                                   f"({report.share:.2%} < {min_share:.2%}); see mismatched_features and examples")
+        raise click.ClickException(consistency_shortfall(report, min_share))
+    scores = report.scores
+    if scores is not None and (scores.matched < scores.compared or scores.decisions_matched < scores.decisions_compared):
+        raise click.ClickException(
+            f"the features agree, but {scores.compared - scores.matched} of {scores.compared} served scores differ from "
+            f"the registered version's on them (largest {scores.max_difference:.3g}) and "
+            f"{scores.decisions_compared - scores.decisions_matched} of {scores.decisions_compared} decisions differ "
+            "at the thresholds they record: the service does not score as the gate judged; see scores.examples")
+
+
+def consistency_shortfall(report: ConsistencyReport, min_share: float) -> str:
+    """Why fewer than ``min_share`` of the scored payments match, naming only what fell short: a
+    payment the raw store lacks (``missing_offline``) and one whose features differ are different
+    problems with different remedies."""
+    causes = []
+    if report.missing_offline:
+        causes.append(f"{report.missing_offline} not in the raw store (missing_offline): ingest "
+                      f"{report.date} first, or they were quarantined there")
+    differing = report.compared - report.matched
+    if differing:
+        causes.append(f"{differing} with features that differ from the offline rebuild: see "
+                      "mismatched_features and examples")
+    return (f"{report.matched} of {report.scored} scored payments match ({report.share:.2%} < {min_share:.2%}); "
+            + "; ".join(causes))

@@ -25,7 +25,8 @@ from pipeline.ingest.job import run_raw_ingest
 from pipeline.ingest.progress import quiet
 from pipeline.kafka.producer import publish_records
 from pipeline.serving.config import ScoresConfig, StreamConfig
-from pipeline.serving.consistency import check_consistency, compare
+from pipeline.serving.consistency import check_consistency, compare, compare_scores
+from pipeline.serving.score_event import ScoreEvent
 from tests.serving import factory
 from tests.serving.conftest import app_of, event
 from tests.spark_fixtures import spark  # noqa: F401  (shared session fixture)
@@ -45,6 +46,36 @@ def test_compare_counts_matches_mismatches_and_missing_rows():
                                 "offline": row["amount"]}]
 
 
+def _decision(tid: str, version: int, score: float, decision: str, decided_by: str = "score") -> ScoreEvent:
+    return ScoreEvent(transaction_id=tid, card_id="card", event_time="2026-03-01T10:00:00Z", model_version=version,
+                      score=score, decision=decision, decided_by=decided_by, rules=(), thresholds=(), features={},
+                      scored_at="2026-03-01T10:00:01Z", review_threshold=0.3, block_threshold=0.8)
+
+
+def test_compare_scores_rescored_per_version_and_decided_at_the_recorded_thresholds():
+    row = {name: 0.0 for name in fd.FEATURE_COLUMNS}
+    offline = {tid: {**row, "amount": amount} for tid, amount in
+               (("a", 0.1), ("b", 0.5), ("c", 0.85), ("d", 0.2), ("e", 0.9))}
+    decisions = {"a": _decision("a", 1, 0.1, "allow"), "b": _decision("b", 1, 0.5, "review"),
+                 "c": _decision("c", 2, 0.85 + 1e-4, "block"),  # served off by 1e-4: a skewed score
+                 "d": _decision("d", 2, 0.2, "review"),  # decided review at a score that allows: a skewed decision
+                 "e": _decision("e", 2, 0.9, "allow", decided_by="allowlist"),  # a rule decided: not compared
+                 "f": _decision("f", 1, 0.4, "review")}  # not in the raw store
+    asked = []
+
+    def score(version, frame):  # each version's offline model: here the rebuilt amount is the score
+        asked.append((version, len(frame)))
+        return frame["amount"].to_numpy()
+
+    agreement = compare_scores(decisions, offline, score)
+    assert sorted(asked) == [(1, 2), (2, 3)]  # one call per deciding version, for its own payments
+    assert (agreement.compared, agreement.matched) == (5, 4)
+    assert agreement.max_difference == pytest.approx(1e-4)
+    assert (agreement.decisions_compared, agreement.decisions_matched) == (4, 3)
+    assert [e["transaction_id"] for e in agreement.examples] == ["c", "d"]
+    assert agreement.examples[1]["offline_decision"] == "allow"
+
+
 def wait_for(condition, timeout_s: float = 120.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition() and time.monotonic() < deadline:
@@ -60,7 +91,7 @@ def records(frame: pd.DataFrame) -> list[dict]:
 @pytest.mark.broker
 @pytest.mark.slow
 def test_served_features_equal_the_offline_rebuild(spark, kafka_config, serving_config,  # noqa: F811
-                                                  make_service, window, champion):
+                                                  make_service, window, champion, config):
     tx, labels = window.transactions, window.labels
     served_day = "2026-03-07"
     history, today = tx[tx["event_time"] < served_day], tx[tx["event_time"].str[:10] == served_day]
@@ -91,9 +122,14 @@ def test_served_features_equal_the_offline_rebuild(spark, kafka_config, serving_
     # The day's payments reach the raw store the usual way; then the check rebuilds them.
     assert publish_records(kafka_config, kafka_config.transactions_topic, Kind.TRANSACTION, records(today)).ok
     run_raw_ingest(ingest, kafka_config, spark=spark, progress=quiet())
-    report = check_consistency(date.fromisoformat(served_day), kafka_config, topic, ingest.raw.root(), factory.PARAMS)
+    report = check_consistency(date.fromisoformat(served_day), kafka_config, topic, ingest.raw.root(), factory.PARAMS,
+                               registry=config)
     assert (report.scored, report.compared, report.matched) == (len(today), len(today), len(today)), report.examples
     assert report.share == 1.0
+    # The served scores and decisions are the registered version's on the rebuilt features.
+    scores = report.scores
+    assert (scores.compared, scores.matched) == (len(today), len(today)) and scores.max_difference < 1e-6, scores.examples
+    assert scores.decisions_compared == scores.decisions_matched == len(today)
 
     # The check is not blind: rebuilt with another label delay, the merchant fraud rates disagree.
     skewed = check_consistency(date.fromisoformat(served_day), kafka_config, topic, ingest.raw.root(),
