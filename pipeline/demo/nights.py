@@ -21,7 +21,7 @@ from pipeline.simulation import Simulation, SimulationConfig
 from pipeline.simulation.windows import Window as Night
 from pipeline.simulation.windows import labels_published_on, plan_windows, simulate_window
 
-__all__ = ["DemoConfig", "Night", "labels_published_on", "load_demo_config", "load_played", "plan_nights",
+__all__ = ["DemoConfig", "Night", "labels_published_on", "load_demo_config", "load_failure", "load_played", "plan_nights",
            "save_played", "simulate_night"]
 
 
@@ -51,10 +51,18 @@ def simulate_night(night: Night, base: SimulationConfig, demo: DemoConfig) -> Si
 
 
 def load_played(state: Path) -> int:
-    """How many nights earlier demos published and ingested."""
+    """How many nights earlier demos played to the end (their live day scored)."""
     path = state / "demo" / "nights.json"
     return json.loads(path.read_text())["played"] if path.is_file() else 0
 
 
-def save_played(state: Path, played: int) -> None:
-    write_json_atomic(state / "demo" / "nights.json", {"played": played})
+def load_failure(state: Path) -> str | None:
+    """Why the next night failed when it was last played (None: it was not tried, or it finished)."""
+    path = state / "demo" / "nights.json"
+    return json.loads(path.read_text()).get("failed") if path.is_file() else None
+
+
+def save_played(state: Path, played: int, failure: str | None = None) -> None:
+    """``played`` nights finished; ``failure``: why night ``played + 1`` stopped, told on the next run."""
+    write_json_atomic(state / "demo" / "nights.json",
+                      {"played": played} | ({"failed": failure} if failure is not None else {}))

@@ -16,20 +16,30 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date
+from pathlib import Path
 
 from pipeline.contract import Kind
 from pipeline.demo.dirty import dirty_transactions, publish_raw
+from pipeline.demo.live_days import (
+    LiveDay,
+    holdout_promise,
+    load_live_days,
+    pooled_lines,
+    record_live_day,
+    reported_frauds,
+)
 from pipeline.demo.nights import (
     DemoConfig,
     Night,
     labels_published_on,
+    load_failure,
     load_played,
     plan_nights,
     save_played,
     simulate_night,
 )
 from pipeline.demo.scores_log import replay_scores, save_scores
-from pipeline.demo.serving import ServingFigures, ServingStep, pick_live_payments, serving_summary
+from pipeline.demo.serving import STOPPING, ServingFigures, ServingStep, pick_live_payments, serving_summary
 from pipeline.kafka.broker import EmbeddedBroker, free_port
 from pipeline.kafka.producer import publish_records
 from pipeline.kafka.reader import read_topic
@@ -61,16 +71,31 @@ def run_demo(env: str, demo: DemoConfig, echo: Echo = print) -> NightReport:
     """Play the next night end to end and return its report (the gate promoted or rejected).
 
     The scoring service runs inside the broker's lifetime (see :mod:`pipeline.demo.serving`): it
-    starts before the cycle on the current champion, follows the gate, scores the next day's first
-    live payments and is stopped before the broker. Raises DemoFailed naming the stage when one
-    fails; a failed cycle is played again by the next run (its records replay identically and every
-    stage of the cycle is idempotent).
+    starts before the cycle on the current champion, follows the gate, scores the whole next day
+    and is stopped before the broker; the day's figures go to ``live_days.jsonl``. Raises DemoFailed
+    naming the stage when one fails, and records the failure: the next run says so and plays the
+    same night again (its records replay identically and every stage of the cycle is idempotent),
+    so no night's live day is skipped.
     """
+    state = state_dir()
+    played = load_played(state)
+    failure = load_failure(state)
+    if failure is not None:
+        echo(f"!! night {played + 1} did not finish when it was last played ({failure}); playing it again: "
+             "every stage is idempotent, and its live day is scored this time")
+    try:
+        return _run_night(env, demo, state, played, echo)
+    except DemoFailed as exc:
+        save_played(state, played, failure=str(exc))
+        raise
+
+
+def _run_night(env: str, demo: DemoConfig, state: Path, played: int, echo: Echo) -> NightReport:
+    """Night ``played + 1`` from the broker's start to the summary; counted as played only once its live
+    day was scored (or there was no champion to score it), so a failure anywhere plays it again."""
     from pipeline.nightly.cycle import CycleConfig
 
-    state = state_dir()
     base = load_simulation_config(env)
-    played = load_played(state)
     first = date.fromisoformat(base.start_date)
     nights = plan_nights(first, played, demo)
     tonight, tomorrow = nights[-1], plan_nights(first, played + 1, demo)[-1]
@@ -91,21 +116,38 @@ def run_demo(env: str, demo: DemoConfig, echo: Echo = print) -> NightReport:
             echo(f"   {replayed} earlier live decisions replayed into {scores_topic} (what the monitor judges)")
         cycle = dataclasses.replace(CycleConfig.load(env), kafka=kafka,
                                     torchrun=Torchrun(nproc_per_node=demo.train_processes))
+        maturity_days = cycle.ingest.dataset.label_maturity_days
         with ServingStep(env, kafka, cycle.registry, state / "demo", echo) as serving:
             with _stage(echo, "scoring service (fraudctl serve)"):
                 serving.start_on_champion()
             night = _play(cycle, tonight, echo)
-            save_played(state, played + 1)
             with _stage(echo, f"scoring service: live payments of {tomorrow.start}"):
                 day = simulate_night(tomorrow, base, demo)
-                served = serving.score_live(night, tomorrow.start, day, pick_live_payments(day))
+                reported = reported_frauds(day.labels, tomorrow.start, maturity_days)
+                served = serving.score_live(night, tomorrow.start, day, pick_live_payments(day), reported)
         save_scores(kafka, scores_topic, scores_log)  # the service has stopped: its decisions are all on the topic
     finally:
         broker.stop()
         echo(f"   broker pid {broker.process.pid} stopped")
-    for line in summary_lines(tonight, traffic, night, cycle.registry, served, time.monotonic() - started):
+    live_days = (record_live_day(state / "demo", live_day(tonight, night, served, maturity_days))
+                 if served is not None else load_live_days(state / "demo"))
+    save_played(state, played + 1)
+    for line in summary_lines(tonight, traffic, night, cycle.registry, served, live_days,
+                              time.monotonic() - started):
         echo(line)
     return night
+
+
+def live_day(tonight: Night, night: NightReport, served: ServingFigures, maturity_days: int) -> LiveDay:
+    """Tonight's line of live_days.jsonl: what the service decided on the live day, and the promise."""
+    recall, interval = holdout_promise(night.gate, served.version)
+    flagged = sum(served.decisions.get(d, 0) for d in STOPPING)
+    return LiveDay(night=tonight.index + 1, live_day=served.day, version=served.version, payments=served.requests,
+                   flagged=flagged, realised_review_rate=flagged / served.requests if served.requests else 0.0,
+                   frauds=served.day_frauds, frauds_stopped=served.day_frauds_stopped,
+                   review_budget=served.review_budget, holdout_recall_at_budget=recall, holdout_recall_ci=interval,
+                   label_maturity_days=maturity_days, frauds_reported=served.day_frauds_reported,
+                   frauds_reported_stopped=served.day_frauds_reported_stopped)
 
 
 def _play(cycle, tonight: Night, echo: Echo) -> NightReport:
@@ -152,7 +194,7 @@ def publish_nights(kafka: KafkaConfig, nights: list[Night], base, demo: DemoConf
 
 
 def summary_lines(tonight: Night, traffic: Tonight, night: NightReport, registry, served: ServingFigures | None,
-                  seconds: float) -> list[str]:
+                  live_days: list[LiveDay], seconds: float) -> list[str]:
     """The end of the demo: counts, metrics, decision, the service's figures, and where to look next."""
     from pipeline.nightly.text import SHOWN_VALIDATION, decision_line, monitor_line
     from pipeline.registry.config import resolved_tracking_uri
@@ -181,6 +223,7 @@ def summary_lines(tonight: Night, traffic: Tonight, night: NightReport, registry
         f"   model: {night.model.model_name} v{night.model.version}; champion "
         + (f"v{gate.champion_version}" if gate.champion_version else "none yet"),
         *serving_summary(served),
+        *pooled_lines(live_days),
         f"   live model, {monitor_line(night.monitor)}" + _maturity_note(night),
         f"   plots: {plots_location(registry, night.model.version)}",
         f"   runs, metrics and models: mlflow ui --backend-store-uri {resolved_tracking_uri(registry)}",

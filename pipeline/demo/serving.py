@@ -37,6 +37,7 @@ from pipeline.kafka.settings import KafkaConfig
 from pipeline.nightly.records import GateOutcome, NightLedger, NightReport
 from pipeline.registry.config import RegistryConfig
 from pipeline.serving.config import ADMIN_TOKEN_ENV, load_serving_config
+from pipeline.serving.http_bodies import BATCH_FIELD
 from pipeline.serving.process import ServerProcess, ServiceFailed
 from pipeline.simulation import GENUINE, PATTERNS, Simulation
 
@@ -70,6 +71,8 @@ class ServingFigures:
     decisions: dict[str, int]  # decision -> count, over the whole day
     day_frauds: int  # the simulator's truth, never sent
     day_frauds_stopped: int  # of those, decided review or block
+    day_frauds_reported: int  # payments labelled fraud by the day's label cutoff (the holdout's definition)
+    day_frauds_reported_stopped: int  # of those, decided review or block
     frauds_sent: int  # among the payments shown
     frauds_stopped: int  # shown frauds decided review or block
     version: int  # the version that decided the live payments
@@ -117,8 +120,9 @@ def serving_summary(served: ServingFigures | None) -> list[str]:
     return [f"   scoring service: {served.requests} live payments of {served.day} scored by v{served.version} "
             f"({decisions}): {served.flagged_share:.2%} sent to review or blocked{budget}",
             f"   operating points of v{served.version}: {served.operating_points}",
-            f"   frauds: {served.day_frauds_stopped} of the day's {served.day_frauds} frauds sent to review or blocked; "
-            f"{served.frauds_stopped} of the {served.frauds_sent} frauds shown",
+            f"   frauds: {served.day_frauds_stopped} of the day's {served.day_frauds} frauds sent to review or blocked "
+            f"({served.day_frauds_reported_stopped} of the {served.day_frauds_reported} reported within the label "
+            f"maturity); {served.frauds_stopped} of the {served.frauds_sent} frauds shown",
             f"   {served.reload}; stopped, log {served.log}"]
 
 
@@ -190,11 +194,12 @@ class ServingStep:
         self.echo(f"   serving champion v{champion} beside the night, following the alias every "
                   f"{self.poll_interval_s:g}s")
 
-    def score_live(self, night: NightReport, day_start: date, day: Simulation,
-                   shown: list[LivePayment]) -> ServingFigures | None:
+    def score_live(self, night: NightReport, day_start: date, day: Simulation, shown: list[LivePayment],
+                   reported: frozenset[str]) -> ServingFigures | None:
         """Make sure the service serves the night's champion, then score the whole live ``day`` (in
         event-time order, in batches) and print the decisions of ``shown`` (chosen without their
-        scores); None without a champion."""
+        scores); None without a champion. ``reported``: the day's payments labelled fraud by its label
+        cutoff."""
         champion = night.gate.champion_version
         if champion is None:
             self.echo("   no champion: the gate has promoted no model yet, nothing to serve")
@@ -207,8 +212,12 @@ class ServingStep:
         self.echo(f"   {reload}")
         points = self._operating_points(champion)
         self.echo(f"   operating points of v{champion}: {points.describe() if points else EXPLICIT}")
+        self.echo(f"   {self._tracking_line(champion)}")
         events = list(day.transaction_records())
         answers = {a["transaction_id"]: a for a in self._post_batches(events)}
+        if len(answers) != len(events):
+            raise ServiceFailed(f"the service answered for {len(answers)} of the live day's {len(events)} payments: "
+                                f"see {self.log}")
         self.echo(f"   {len(answers)} live payments of {day_start} scored; {len(shown)} of them, chosen without "
                   "their scores (the simulator's truth shown, never sent):")
         for payment in shown:
@@ -216,13 +225,29 @@ class ServingStep:
         patterns = day.truth["pattern"].to_numpy()  # same row order as the records
         day_frauds = [answers[e["transaction_id"]] for e, p in zip(events, patterns, strict=True) if p != GENUINE]
         shown_frauds = [answers[p.event["transaction_id"]] for p in shown if p.is_fraud]
+        labelled = [a for tid, a in answers.items() if tid in reported]
         return ServingFigures(
             day=day_start.isoformat(), requests=len(answers), decisions=dict(Counter(a["decision"] for a in answers.values())),
             day_frauds=len(day_frauds), day_frauds_stopped=sum(a["decision"] in STOPPING for a in day_frauds),
+            day_frauds_reported=len(labelled),
+            day_frauds_reported_stopped=sum(a["decision"] in STOPPING for a in labelled),
             frauds_sent=len(shown_frauds), frauds_stopped=sum(a["decision"] in STOPPING for a in shown_frauds),
             version=answers[events[-1]["transaction_id"]]["model_version"],
             operating_points=points.describe() if points else EXPLICIT,
             review_budget=points.review_budget if points else None, reload=reload, log=self.log)
+
+    def _tracking_line(self, champion: int) -> str:
+        """Where v``champion``'s review threshold stands before the live day, from /health."""
+        with httpx.Client(base_url=self.service.url, timeout=5.0) as http:
+            tracking = http.get("/health").json()["model"]["review_tracking"]
+        if tracking.get("mode") != "live_quantile":
+            return f"review threshold of v{champion}: its validation one, fixed"
+        if not tracking["tracking"]:
+            return (f"review threshold of v{champion}: its validation one until {tracking['window_scores']} scores "
+                    f"reach the tracker's minimum (primed with {tracking['primed_scores']} of the latest payments)")
+        return (f"review threshold of v{champion} now {tracking['review_threshold']:.4g}: the budget's share of its "
+                f"scores on the {tracking['primed_scores']} latest payments the service saw (validation's: "
+                f"{tracking['validation_threshold']:.4g})")
 
     def _operating_points(self, version: int) -> OperatingPoints | None:
         from pipeline.registry.store import connect
@@ -273,7 +298,7 @@ class ServingStep:
         size = self.max_batch_items
         with httpx.Client(base_url=self.service.url, timeout=120.0) as http:
             for start in range(0, len(events), size):
-                response = http.post("/score/batch", json=events[start: start + size])
+                response = http.post("/score/batch", json={BATCH_FIELD: events[start: start + size]})
                 if response.status_code != 200:
                     raise ServiceFailed(f"POST /score/batch answered {response.status_code}: {response.text[:300]}")
                 answers += response.json()["results"]

@@ -75,7 +75,8 @@ def test_the_demo_service_runs_the_conf_env_on_the_demo_broker_with_admin_off(tm
 
 def _figures(**changes) -> ServingFigures:
     base = ServingFigures(day="2026-02-05", requests=4000, decisions={"allow": 3978, "review": 17, "block": 5},
-                          day_frauds=30, day_frauds_stopped=12, frauds_sent=3, frauds_stopped=1, version=2,
+                          day_frauds=30, day_frauds_stopped=12, day_frauds_reported=14, day_frauds_reported_stopped=9,
+                          frauds_sent=3, frauds_stopped=1, version=2,
                           operating_points="review >= 0.0213 (budget: top 0.50% of payments), block >= 0.41",
                           review_budget=0.005, reload="serving champion v2", log=Path("serving.log"))
     return dataclasses.replace(base, **changes)
@@ -86,7 +87,8 @@ def test_summary_shows_the_flagged_share_beside_the_budget_and_the_frauds_stoppe
     assert lines[0] == ("   scoring service: 4000 live payments of 2026-02-05 scored by v2 (3978 allow, 5 block, "
                         "17 review): 0.55% sent to review or blocked against a review budget of 0.50%")
     assert lines[1] == "   operating points of v2: review >= 0.0213 (budget: top 0.50% of payments), block >= 0.41"
-    assert lines[2] == "   frauds: 12 of the day's 30 frauds sent to review or blocked; 1 of the 3 frauds shown"
+    assert lines[2] == ("   frauds: 12 of the day's 30 frauds sent to review or blocked (9 of the 14 reported within "
+                        "the label maturity); 1 of the 3 frauds shown")
 
 
 def test_summary_of_a_version_served_with_explicit_thresholds_says_there_is_no_budget():
