@@ -1,16 +1,18 @@
 """The orchestration's config slice, ``conf/<env>/nightly.toml``: when the nightly DAG runs, how it
 retries, how it submits the Spark ingest and how torchrun starts training.
 
-Read at DAG parse time: this module imports nothing heavier than the config loader.
+Read at DAG parse time: this module imports nothing heavier than the config loader, and a config
+that cannot be read is a DAG import error whose message says what to set.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
 
-from pipeline.config import ConfigError, load_section
+from pipeline.config import ENV_VAR_CONF_DIR, ENV_VAR_CONF_ENV, ConfigError, conf_dir, load_section
 from pipeline.training.launch import Torchrun
 
 
@@ -38,7 +40,10 @@ class SparkSubmitConfig:
     """How the DAGs spark-submit ``jobs/ingest.py``. The master (and deploy mode, YARN queue,
     Kubernetes namespace) are the Airflow connection's, as for every SparkSubmitOperator."""
 
-    conn_id: str = "spark_default"  # Airflow connection of type spark: host = master URL
+    # Airflow connection of type spark, host = the master URL. One name in every environment (the
+    # README's `airflow connections add` line works for dev and prod alike), and not Airflow's own
+    # "spark_default", which `airflow connections create-default-connections` points at YARN.
+    conn_id: str = "spark_fraud"
     conf: dict[str, str] = field(default_factory=dict)  # --conf key=value, e.g. spark.executor.memory
     name: str = "fraud-ingest"  # application name in the cluster's UI
 
@@ -51,4 +56,22 @@ class NightlyConfig:
 
 
 def load_nightly_config(env: str | None = None, path: Path | None = None) -> NightlyConfig:
+    """``<conf_dir(env)>/nightly.toml`` (or ``path``). Raises ConfigError; one whose
+    ``$FRAUD_CONF_DIR`` names a ``conf/`` root (dev/, prod/ inside) says which directory to name."""
+    if path is None and env is None:
+        _refuse_conf_root()
     return load_section(NightlyConfig, "nightly", env, path)
+
+
+def _refuse_conf_root() -> None:
+    """$FRAUD_CONF_DIR is one environment's directory: every component reads <dir>/<name>.toml."""
+    directory = conf_dir()
+    if not os.environ.get(ENV_VAR_CONF_DIR) or (directory / "nightly.toml").is_file():
+        return
+    envs = sorted(p.parent.name for p in directory.glob("*/nightly.toml"))
+    if envs:
+        env = os.environ.get(ENV_VAR_CONF_ENV) if os.environ.get(ENV_VAR_CONF_ENV) in envs else envs[0]
+        raise ConfigError(
+            f"${ENV_VAR_CONF_DIR}={directory} holds environments ({', '.join(envs)}), not one environment's files: "
+            f"set {ENV_VAR_CONF_DIR}={directory / env}, or unset it and set {ENV_VAR_CONF_ENV}={env} for the "
+            f"project's own conf/{env}")

@@ -8,7 +8,9 @@ happen inside the tasks, never while the scheduler parses the DAG files.
 
 A stage's expected failure fails its task with the job's own message in the log. Training that
 cannot start (a config or dataset no attempt can fix) fails at once, without retries, and so does
-a monitor whose day has no matured labels in the raw store. A gate that rejects the challenger is
+a monitor whose day has no matured labels in the raw store, and a night whose ingest landed all
+Kafka held and still has no payments of its run date (:class:`NoDataForNight`: on a fresh
+deployment, the newest night that unpausing schedules). A gate that rejects the challenger is
 a successful task whose record says ``rejected``; a monitor that finds a degraded model is a
 successful task whose record and log say ``degraded``.
 """
@@ -17,14 +19,14 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pendulum
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import get_current_context
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from pipeline.config import PROJECT_ROOT
 from pipeline.nightly import stages, text
@@ -113,12 +115,44 @@ class IngestJobOperator(SparkSubmitOperator):
         return dataset
 
 
+class NoDataForNight(AirflowFailException):
+    """The night's ingest read everything Kafka held, and no payment of its run date was among it.
+
+    Not retried: an attempt minutes later reads the same Kafka. The run fails at once instead of
+    holding the DAG's only ``max_active_runs`` slot through its retries. On a first deployment this
+    is the run that unpausing schedules (the newest night, catchup is off), a day nothing was
+    published for yet.
+    """
+
+
 class NightlyIngestOperator(IngestJobOperator):
-    """``jobs/ingest.py --run-date D``: new Kafka records, then the night's dataset (ledger record ``ingest``)."""
+    """``jobs/ingest.py --run-date D``: new Kafka records, then the night's dataset (ledger record ``ingest``).
+
+    A failed job whose run landed Kafka (a new commit in the raw store) while the raw store still
+    has no payment dated D or later raises :class:`NoDataForNight` (no retries); any other failure
+    is the job's own, retried as configured.
+    """
 
     def __init__(self, *, timezone: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.timezone = timezone
+
+    def execute(self, context: dict[str, Any]) -> dict[str, Any]:
+        from pipeline.contract import Kind
+        from pipeline.ingest.config import load_ingest_config
+        from pipeline.ingest.raw_layout import RawStore
+
+        run_date = run_date_of(context, self.timezone)
+        store = RawStore(load_ingest_config().raw.root())
+        runs_before = set(store.committed().runs)
+        try:
+            return super().execute(context)
+        except AirflowException as failed:  # spark-submit exited non-zero
+            landed = set(store.committed().runs) - runs_before  # the job read Kafka to its end
+            newest = store.latest_date(Kind.TRANSACTION)
+            if landed and (newest is None or newest < run_date):
+                raise NoDataForNight(no_data_message(run_date, newest, context["logical_date"], self.timezone)) from failed
+            raise
 
     def job_arguments(self, context: dict[str, Any]) -> tuple[list[str], Path]:
         run_date = run_date_of(context, self.timezone)
@@ -127,6 +161,21 @@ class NightlyIngestOperator(IngestJobOperator):
     def record(self, dataset: PublishedDataset, context: dict[str, Any]) -> PublishedDataset:
         NightLedger.for_date(run_date_of(context, self.timezone)).write(dataset)
         return dataset
+
+
+def no_data_message(run_date: date, newest: date | None, logical_date: datetime, timezone: str) -> str:
+    """What an operator reads when a night has no payments: why nothing is retried, and the two ways on."""
+    logical = pendulum.instance(logical_date).in_timezone(timezone)
+    if newest is None:
+        held, trigger = "the raw store is empty", ""
+    else:
+        night = logical.replace(year=newest.year, month=newest.month, day=newest.day).isoformat()
+        held = f"the raw store's payments end on {newest}"
+        trigger = f"; or run the newest night they hold: airflow dags trigger fraud_nightly --logical-date {night}"
+    return (f"no payments of {run_date} on Kafka: ingest landed everything Kafka held, and {held}. Not retried: another attempt would read the same Kafka. On a first deployment this "
+            f"is the night unpausing scheduled; later, the payments feed has stopped. Once {run_date}'s payments are "
+            f"on Kafka, clear this run: airflow tasks clear fraud_nightly --start-date {logical.isoformat()} "
+            f"--end-date {logical.isoformat()} --yes{trigger}")
 
 
 class BackfillIngestOperator(IngestJobOperator):

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from pipeline.config import PROJECT_ROOT
+from pipeline.nightly.config import load_nightly_config
 
 
 def in_ci() -> bool:
@@ -43,7 +44,9 @@ require_installed("airflow", "Airflow (the `airflow` extra)")
 require_installed("airflow.providers.apache.spark", "the Spark provider (apache-airflow-providers-apache-spark)")
 
 DAGS_FOLDER = PROJECT_ROOT / "airflow_dags"
-SPARK_CONN_ID = "spark_test"
+# dev's [spark_submit].conn_id: the story adds it to the session's DB with the README's command
+# (tests/airflow/nights.py), and the story's own nightly.toml names it.
+SPARK_CONN_ID = load_nightly_config("dev").spark_submit.conn_id
 
 
 def airflow_env(home: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -55,8 +58,6 @@ def airflow_env(home: Path, extra: dict[str, str] | None = None) -> dict[str, st
         AIRFLOW__CORE__DAGS_FOLDER=str(DAGS_FOLDER),
         AIRFLOW__CORE__LOAD_EXAMPLES="False",
         AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{home / 'airflow.db'}",
-        # The master of spark-submit is the connection's host, as in a deployment.
-        **{f"AIRFLOW_CONN_{SPARK_CONN_ID.upper()}": json.dumps({"conn_type": "spark", "host": "local[2]"})},
         PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",  # spark-submit, airflow
         PYSPARK_PYTHON=sys.executable,
         PYSPARK_DRIVER_PYTHON=sys.executable,
@@ -98,8 +99,8 @@ def run_airflow(airflow_home: Path, tmp_path_factory: pytest.TempPathFactory) ->
 
 
 @pytest.fixture(scope="session")
-def story(run_airflow, kafka_broker, tmp_path_factory: pytest.TempPathFactory):
+def story(run_airflow, airflow_home, kafka_broker, tmp_path_factory: pytest.TempPathFactory):
     """The DAG runs of tests/airflow/nights.py, played once for every DAG test that reads them."""
     from tests.airflow.nights import play_story
 
-    return play_story(run_airflow, kafka_broker, tmp_path_factory.mktemp("nightly-dag"))
+    return play_story(run_airflow, airflow_home, kafka_broker, tmp_path_factory.mktemp("nightly-dag"))

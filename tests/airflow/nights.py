@@ -1,12 +1,19 @@
 """The story the DAG tests share: tiny simulated traffic on the embedded broker, a config
 directory written for the test, and the DAG runs of three nights (played once per session).
 
-1. a night before there is enough data: ingest fails, nothing is published;
-2. night 1: the first model is promoted; then fraud_backfill rebuilds night 1's date range;
-3. night 2, trained with a config that makes a worse model, and with night 1's oldest and newest
+Under a real scheduler (tests/airflow/deployment.py), a first deployment as the README has it:
+
+1. ``airflow dags unpause fraud_nightly``: the scheduler runs the newest night (catchup is off), a
+   date Kafka holds no payments of; its ingest fails at once, without retries, and publishes nothing;
+2. ``airflow dags trigger fraud_nightly --logical-date <night 1>``: the first model is promoted.
+
+Then under ``dag.test()``, on the same metadata DB and state:
+
+3. fraud_backfill rebuilds night 1's date range;
+4. night 2, trained with a config that makes a worse model, and with night 1's oldest and newest
    payments resent on Kafka (at-least-once delivery): the resends are duplicates, the gate
    rejects the model;
-4. night 2 again: every stage finds its output and redoes nothing.
+5. night 2 again: every stage finds its output and redoes nothing.
 
 No scoring service runs in the story: each night's monitor finds no scores topic and reports
 "nothing to monitor" (tests/monitoring drives the monitor on real score events).
@@ -30,6 +37,7 @@ from pipeline.kafka.settings import KafkaConfig
 from pipeline.simulation import Simulation, load_simulation_config, simulate
 from pipeline.training.config import derive_train_config, write_train_toml
 from tests.airflow.conftest import SPARK_CONN_ID
+from tests.airflow.deployment import Deployment
 from tests.ingest.process_helpers import write_conf_dir
 
 START = date(2026, 1, 1)
@@ -37,7 +45,6 @@ NIGHT_1 = date(2026, 1, 14)  # 7 train + 2 validation + 2 test days, labels matu
 NIGHT_2 = NIGHT_1 + timedelta(days=1)
 # Night 1's dataset spans these days (its label cutoff is NIGHT_1): what a backfill of it rebuilds.
 NIGHT_1_FIRST_DAY, NIGHT_1_LAST_DAY = date(2026, 1, 1), date(2026, 1, 11)
-TOO_EARLY = date(2026, 1, 5)  # no train split yet: the ingest job refuses to publish
 # Small windows and a high fraud rate: every split holds frauds, and the gate sees enough of them.
 INGEST = {"train_days": "7", "validation_days": "2", "test_days": "2", "label_maturity_days": "3",
           "min_rows": "{ train = 1000, validation = 200, test = 200 }", "shuffle_partitions": "2"}
@@ -62,12 +69,15 @@ psi_limit = { value = 0.25, mode = "warn" }
 min_holdout_frauds = { value = 10, mode = "block" }
 max_nan_share = { value = 0.0, mode = "block" }
 """
+# Under the scheduler, dev's retry policy: a task that should fail without retries and did not
+# would wait 5 minutes for its retry (dag_runner wait-run returns as soon as one does).
+SCHEDULER_RETRIES, DAG_TEST_RETRIES = "retries = 2\nretry_delay_s = 300.0", "retries = 0"
 NIGHTLY = f"""\
 [schedule]
 cron = "0 2 * * *"
 timezone = "UTC"
 start_date = "2026-01-01"
-retries = 0
+{{retries}}
 
 [spark_submit]
 conn_id = "{SPARK_CONN_ID}"
@@ -83,9 +93,11 @@ class Story:
     state: Path
     conf: Path
     kafka: KafkaConfig
-    runs: dict[str, tuple[dict[str, Any], str]]  # name -> (dag_runner result, log)
+    runs: dict[str, tuple[dict[str, Any], str]]  # name -> (dag_runner result, task logs)
     manifests_after_failure: list[Path]
     resent: int  # night 1's payments published again before night 2
+    newest_payment: date  # of what night 1 found on Kafka
+    listening: dict[str, set[str]]  # process name -> the addresses it listened on, through both nights
 
 
 def _logical(run_date: date) -> str:
@@ -121,17 +133,17 @@ def _resend(kafka: KafkaConfig, sim: Simulation, until: datetime) -> int:
 SCORES_TOPIC = "dag-scores"  # never created: no service scored in this story, so nothing to monitor
 
 
-def _write_conf(conf: Path, kafka: KafkaConfig, train_overrides: dict) -> None:
+def _write_conf(conf: Path, kafka: KafkaConfig, train_overrides: dict, retries: str) -> None:
     write_conf_dir(conf, kafka, INGEST)
     (conf / "registry.toml").write_text(REGISTRY)
-    (conf / "nightly.toml").write_text(NIGHTLY)
+    (conf / "nightly.toml").write_text(NIGHTLY.format(retries=retries))
     (conf / "serving.toml").write_text(f'[scores]\ntopic = "{SCORES_TOPIC}"\n')
     (conf / "monitoring.toml").write_text((PROJECT_ROOT / "conf" / "dev" / "monitoring.toml").read_text())
     table = derive_train_config("dev", {**TRAIN, **{k: {**TRAIN.get(k, {}), **v} for k, v in train_overrides.items()}})
     write_train_toml(table, conf / "train.toml")
 
 
-def play_story(run_airflow, kafka_broker, tmp: Path) -> Story:
+def play_story(run_airflow, airflow_home: Path, kafka_broker, tmp: Path) -> Story:
     """The DAG runs of the story, in order, against a fresh state and config directory under ``tmp``."""
     state, conf = tmp / "state", tmp / "conf"
     kafka = KafkaConfig(bootstrap_servers=kafka_broker.bootstrap_servers, transactions_topic="dag-transactions",
@@ -143,20 +155,37 @@ def play_story(run_airflow, kafka_broker, tmp: Path) -> Story:
                                        fraud_rate=0.02, seed=5,
                                        label_delay=dataclasses.replace(base.label_delay, fraud_median_days=1.0)))
     env = {"FRAUD_STATE_DIR": str(state), "FRAUD_CONF_DIR": str(conf)}
-    _write_conf(conf, kafka, {})
+    _write_conf(conf, kafka, {}, SCHEDULER_RETRIES)
     cutoff_1 = datetime.combine(NIGHT_1 + timedelta(days=1), time(0), tzinfo=UTC)
     _publish(kafka, sim, until=cutoff_1, since=None)
-    runs = {"too-early": run_airflow("test", "fraud_nightly", _logical(TOO_EARLY), env=env)}
-    manifests = sorted(state.glob("datasets/*/manifests/*.json")) + sorted(state.glob("datasets/*/LATEST"))
-    runs["night-1"] = run_airflow("test", "fraud_nightly", _logical(NIGHT_1), env=env)
+    deployment = Deployment(airflow_home, env, run_airflow)
+    runs, manifests = _first_deployment(deployment, state)
     runs["backfill"] = run_airflow("test", "fraud_backfill", _logical(NIGHT_1), "--conf",
                                    json.dumps({"start": NIGHT_1_FIRST_DAY.isoformat(), "end": NIGHT_1_LAST_DAY.isoformat()}),
                                    env=env)
     resent = _resend(kafka, sim, until=cutoff_1)
     _publish(kafka, sim, until=cutoff_1 + timedelta(days=1), since=cutoff_1)
-    _write_conf(conf, kafka, WORSE)
+    _write_conf(conf, kafka, WORSE, DAG_TEST_RETRIES)
     runs["night-2"] = run_airflow("test", "fraud_nightly", _logical(NIGHT_2), env=env)
     runs["night-2-again"] = run_airflow("test", "fraud_nightly", _logical(NIGHT_2), env=env)
-    return Story(state, conf, kafka, runs, manifests, resent)
+    newest = pd.to_datetime(sim.transactions["event_time"], utc=True, format="ISO8601")
+    return Story(state, conf, kafka, runs, manifests, resent, newest[newest < cutoff_1].max().date(),
+                 deployment.listening)
 
 
+def _first_deployment(deployment: Deployment, state: Path) -> tuple[dict[str, tuple[dict[str, Any], str]], list[Path]]:
+    """The README's Airflow steps on the session's AIRFLOW_HOME: its one-host block (the connection,
+    the three components), unpause (the newest night runs and fails), trigger night 1. Everything
+    started is stopped on the way out. Returns the runs and the dataset files after the failed night."""
+    deployment.setup()
+    try:
+        deployment.start()
+        deployment.wait_parsed("fraud_nightly")
+        deployment.cli("dags", "unpause", "fraud_nightly")
+        runs = {"unpaused": deployment.wait_run("fraud_nightly", run_type="scheduled")}
+        manifests = sorted(state.glob("datasets/*/manifests/*.json")) + sorted(state.glob("datasets/*/LATEST"))
+        deployment.cli("dags", "trigger", "fraud_nightly", "--logical-date", _logical(NIGHT_1))
+        runs["night-1"] = deployment.wait_run("fraud_nightly", logical_date=_logical(NIGHT_1))
+    finally:
+        deployment.stop()
+    return runs, manifests
