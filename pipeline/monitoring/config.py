@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.config import ConfigError, load_section
+from pipeline.features import definitions as fd
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,20 @@ class MonitoringConfig:
     # version is degraded that day whatever its recall, without waiting for labels (0: off). Not a
     # PSI bound: count features of a growing portfolio drift far (PSI ~6 in the bench) and are fine.
     stuck_feature_share: float = 0.0
+    # a served feature broken within one segment: in the payments of one value of this code feature
+    # ("channel_code": one channel), the share of its values other than the most common one is at most
+    # segment_kept times that share in the same segment of training, and so far below it that chance
+    # does that about once in 10,000 (pipeline.monitoring.drift.collapsed): a source stuck, or answering
+    # a default, behind one integration path, which the whole day dilutes below stuck_feature_share;
+    # degraded like a stuck feature. "" or 0: not looked for
+    segment_feature: str = ""
+    segment_kept: float = 0.0
+    # served values outside the training sample's 0.1% .. 99.9% quantiles on more than this share of the
+    # day's payments, for a feature in range_features, are a broken input (amounts in minor units, a
+    # scale or overflow bug): degraded, labels or not (0: off). Only the payment's own fields belong in
+    # range_features: history counts of a growing portfolio leave their training range by design.
+    range_features: tuple[str, ...] = ()
+    out_of_range_share: float = 0.0
     feature_bins: int = 10  # quantile bins of the training split per numeric feature
     feature_sample_rows: int = 20_000  # training rows sampled (whole shards, then rows) for feature PSI
 
@@ -57,6 +72,16 @@ class MonitoringConfig:
             problems.append("score_psi_warn and feature_psi_warn must be > 0")
         if self.stuck_feature_share != 0.0 and not 0.5 < self.stuck_feature_share <= 1.0:
             problems.append(f"stuck_feature_share must be 0 (off) or in (0.5, 1], got {self.stuck_feature_share}")
+        if self.segment_feature and self.segment_feature not in fd.CATEGORICAL_FEATURES:
+            problems.append(f"segment_feature must be \"\" (off) or a code feature "
+                            f"({', '.join(fd.CATEGORICAL_FEATURES)}), got {self.segment_feature!r}")
+        if not 0.0 <= self.segment_kept < 1.0:
+            problems.append(f"segment_kept must be in [0, 1) (0: off), got {self.segment_kept}")
+        unknown = sorted(set(self.range_features) - set(fd.NUMERIC_FEATURES))
+        if unknown:
+            problems.append(f"range_features must be numeric features, unknown: {', '.join(unknown)}")
+        if not 0.0 <= self.out_of_range_share < 1.0:
+            problems.append(f"out_of_range_share must be in [0, 1) (0: off), got {self.out_of_range_share}")
         if self.feature_bins < 2:
             problems.append(f"feature_bins must be >= 2, got {self.feature_bins}")
         if self.feature_sample_rows < 100:

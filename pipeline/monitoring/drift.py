@@ -84,8 +84,13 @@ def feature_psi(reference: dict[str, np.ndarray], current: dict[str, np.ndarray]
     return out
 
 
+RANGE_TAIL = 0.001  # a feature's range: its reference's 0.1% .. 99.9% quantiles (a healthy day leaves it ~0.2%)
+SEGMENT_MARK = "@"  # a feature broken within one segment is named "<feature>@<segment>=<code>"
 STUCK_MARGIN = 0.1  # training's most common value must be this much rarer than the stuck share
 MIN_STUCK_ROWS = 200  # fewer served rows: a feature can repeat one value by chance
+# A collapse this likely by chance or less is one: ~100 features x segments are judged a day, so about
+# one chance alarm in 100 days.
+COLLAPSE_CHANCE = 1e-4
 
 
 def top_value_share(values: np.ndarray) -> float:
@@ -107,3 +112,104 @@ def stuck_features(reference: dict[str, np.ndarray], current: dict[str, np.ndarr
         return ()
     return tuple(n for n in names if top_value_share(current[n]) >= stuck_share
                  and top_value_share(reference[n]) <= stuck_share - STUCK_MARGIN)
+
+
+def value_share(values: np.ndarray, value: float) -> float:
+    """Share of ``values`` equal to ``value`` (NaN matches NaN); NaN when empty."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.size == 0:
+        return math.nan
+    return float(np.mean(np.isnan(v)) if math.isnan(value) else np.mean(v == value))
+
+
+def binomial_at_most(k: int, n: int, p: float) -> float:
+    """P(X <= k) for X ~ Binomial(n, p)."""
+    if p <= 0.0:
+        return 1.0
+    if p >= 1.0:
+        return 1.0 if k >= n else 0.0
+    log_terms = [math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * math.log(p)
+                 + (n - i) * math.log1p(-p) for i in range(min(k, n) + 1)]
+    top = max(log_terms)
+    return min(1.0, math.exp(top) * sum(math.exp(t - top) for t in log_terms))
+
+
+def collapsed(reference: np.ndarray, current: np.ndarray, kept: float) -> bool:
+    """Whether ``current`` lost its variety to one value: the share of values other than its most
+    common one is at most ``kept`` times that share in ``reference``, and so far below it that
+    chance gives that once in 1/COLLAPSE_CHANCE days or fewer (binomial: a small segment, or a
+    feature that is nearly constant in training, needs a clearer collapse). A source stuck, or
+    answering a default while it is down, for part of the traffic; at its training mode too, which a
+    share of that value alone cannot tell from a busy day."""
+    cur = np.asarray(current, dtype=np.float64)
+    if cur.size == 0:
+        return False
+    values, counts = np.unique(cur, return_counts=True, equal_nan=True)
+    top = float(values[np.argmax(counts)])
+    other_reference = 1.0 - value_share(reference, top)
+    other = int(cur.size - counts.max())
+    return (other <= kept * other_reference * cur.size
+            and binomial_at_most(other, int(cur.size), other_reference) <= COLLAPSE_CHANCE)
+
+
+def segment_collapses(reference: dict[str, np.ndarray], current: dict[str, np.ndarray], segment: str,
+                      kept: float) -> tuple[str, ...]:
+    """Features broken within one value of the code feature ``segment`` (e.g. one channel): their
+    variety collapsed to one value there against the same segment of ``reference`` (:func:`collapsed`).
+    An input broken behind one integration path is diluted below any whole-day share by the other
+    paths, and a segment code may hold more than one raw value (the codes are hashes), so a break
+    covers part of a segment: a collapse, not a share of 99%.
+
+    Returns ``"<feature>@<segment>=<code>"`` sorted. A segment with fewer than MIN_STUCK_ROWS rows
+    on either side is not judged (too few to tell a break from chance), nor are ``segment`` itself
+    and the features constant within a day. None when ``kept`` is 0 or ``segment`` is missing."""
+    if kept <= 0 or segment not in reference or segment not in current:
+        return ()
+    ref_codes = np.asarray(reference[segment])
+    cur_codes = np.asarray(current[segment])
+    names = sorted((set(reference) & set(current)) - {segment} - set(fd.DAY_CONSTANT_FEATURES))
+    found = []
+    for code in np.unique(cur_codes):
+        ref_rows, cur_rows = ref_codes == code, cur_codes == code
+        if ref_rows.sum() < MIN_STUCK_ROWS or cur_rows.sum() < MIN_STUCK_ROWS:
+            continue
+        found += [f"{n}{SEGMENT_MARK}{segment}={int(code)}" for n in names
+                  if collapsed(np.asarray(reference[n])[ref_rows], np.asarray(current[n])[cur_rows], kept)]
+    return tuple(sorted(found))
+
+
+def broken_inputs(reference: dict[str, np.ndarray], current: dict[str, np.ndarray], stuck_share: float,
+                  segment: str = "", segment_kept: float = 0.0) -> tuple[str, ...]:
+    """The served inputs broken on a day: features stuck over the whole day (:func:`stuck_features`),
+    then those collapsed to one value within one ``segment`` value (:func:`segment_collapses`). A
+    feature stuck all day is named once, not again for each segment."""
+    whole_day = stuck_features(reference, current, stuck_share)
+    if not segment or segment_kept <= 0:
+        return whole_day
+    in_segment = segment_collapses(reference, current, segment, segment_kept)
+    return whole_day + tuple(s for s in in_segment if s.split(SEGMENT_MARK, 1)[0] not in whole_day)
+
+
+def out_of_range_share(reference: np.ndarray, current: np.ndarray, tail: float = RANGE_TAIL) -> float:
+    """Share of ``current`` outside ``reference``'s ``tail`` .. ``1 - tail`` quantiles (a non-finite
+    value is outside); NaN when either side has no finite value or ``current`` is empty."""
+    ref = np.asarray(reference, dtype=np.float64)
+    cur = np.asarray(current, dtype=np.float64)
+    ref = ref[np.isfinite(ref)]
+    if ref.size == 0 or cur.size == 0:
+        return math.nan
+    low, high = np.quantile(ref, [tail, 1.0 - tail])
+    inside = np.isfinite(cur) & (cur >= low) & (cur <= high)
+    return float(1.0 - inside.mean())
+
+
+def out_of_range_features(reference: dict[str, np.ndarray], current: dict[str, np.ndarray], names: tuple[str, ...],
+                          max_share: float) -> tuple[str, ...]:
+    """Of ``names``, the features with more than ``max_share`` of ``current`` outside ``reference``'s
+    range (:func:`out_of_range_share`): amounts in other units, a scale or overflow bug. Sorted;
+    none when ``max_share`` is 0 or ``current`` holds fewer than MIN_STUCK_ROWS rows. Meant for the
+    payment's own fields: a history count of a growing portfolio leaves its training range by design."""
+    present = sorted(set(names) & set(reference) & set(current))
+    if max_share <= 0 or not present or len(current[present[0]]) < MIN_STUCK_ROWS:
+        return ()
+    return tuple(n for n in present if out_of_range_share(reference[n], current[n]) > max_share)

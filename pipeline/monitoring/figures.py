@@ -19,7 +19,7 @@ import numpy as np
 from pipeline.decisions.operating_points import OperatingPoints, SplitFigures, split_figures
 from pipeline.metrics import auc_roc, average_precision, population_stability_index
 from pipeline.monitoring.config import MonitoringConfig
-from pipeline.monitoring.drift import feature_psi, stuck_features
+from pipeline.monitoring.drift import broken_inputs, feature_psi, out_of_range_features
 from pipeline.monitoring.join import ScoredPayment
 
 SHOWN_DRIFTING = 5  # features named in a drift finding
@@ -54,7 +54,8 @@ class VersionFigures:
     alert_rate_in_band: bool | None
     score_psi: float
     feature_psi: dict[str, float]
-    stuck_features: tuple[str, ...]  # served features stuck at one value (stuck_feature_share): broken inputs
+    stuck_features: tuple[str, ...]  # served features stuck at one value, all day or in one segment: broken inputs
+    out_of_range_features: tuple[str, ...]  # payment fields outside their training range: broken inputs
     live_feature_rows: int
     findings: tuple[str, ...]
 
@@ -84,20 +85,25 @@ def version_figures(payments: list[ScoredPayment], labels: np.ndarray, reference
             findings.append(f"live scores drifted from validation: PSI {score_psi:.3f} > {config.score_psi_warn:g}")
     drift: dict[str, float] = {}
     stuck: tuple[str, ...] = ()
+    out_of_range: tuple[str, ...] = ()
     if reference.training_features is not None:
         served = {name: np.array([p.features.get(name, math.nan) for p in payments], dtype=np.float64)
                   for name in reference.training_features}
         never_served = sorted(n for n, v in served.items() if np.isnan(v).all())
         served = {n: v for n, v in served.items() if n not in never_served}
         drift = feature_psi(reference.training_features, served, set(reference.categorical), config.feature_bins)
-        stuck = stuck_features(reference.training_features, served, config.stuck_feature_share)
+        stuck = broken_inputs(reference.training_features, served, config.stuck_feature_share,
+                              config.segment_feature, config.segment_kept)
+        out_of_range = out_of_range_features(reference.training_features, served, config.range_features,
+                                             config.out_of_range_share)
         findings += _drift_findings(drift, config, never_served)
     return VersionFigures(
         version=reference.version, at_operating_points=at_points, auc_roc=auc_roc(labels, scores),
         average_precision=average_precision(labels, scores),
         review_thresholds=tuple(sorted({float(x) for x in review})), block_thresholds=tuple(sorted({float(x) for x in block})),
         review_budget=budget, review_rate_vs_budget=ratio, alert_rate_in_band=in_band, score_psi=score_psi,
-        feature_psi=drift, stuck_features=stuck, live_feature_rows=len(payments), findings=tuple(findings))
+        feature_psi=drift, stuck_features=stuck, out_of_range_features=out_of_range, live_feature_rows=len(payments),
+        findings=tuple(findings))
 
 
 def _threshold_findings(review: np.ndarray, block: np.ndarray, points: OperatingPoints | None) -> list[str]:

@@ -2,10 +2,12 @@
 
 A version is ``degraded`` on day ``D`` when its realised recall at the operating points was below
 ``expected - recall_margin`` on ``degraded_after_days`` judged days in a row, ending with ``D``; or
-at once when a served feature was stuck at one value that day while it varied in training
-(``stuck_feature_share``, :func:`pipeline.monitoring.drift.stuck_features`): a broken input is
-certain from the features alone, while the recall it costs can hide in a day's noise. With
-``confidence`` > 0 a day is below only when the recall's one-sided upper bound at that confidence
+at once when a served input was broken that day: a feature stuck at one value while it varied in
+training, over the whole day or within one segment such as a channel (``stuck_feature_share``,
+``segment_feature``, :func:`pipeline.monitoring.drift.broken_inputs`), or a payment field outside
+its training range (``range_features``, :func:`pipeline.monitoring.drift.out_of_range_features`).
+A broken input is certain from the features alone, while the recall it costs can hide in a day's
+noise. With ``confidence`` > 0 a day is below only when the recall's one-sided upper bound at that confidence
 (:func:`pipeline.metrics.wilson_upper_bound` over the day's matured frauds) is below the floor: a day
 of 30 frauds varies by about 0.09 in recall from chance alone, and a point comparison reads that as
 degradation (the decisions bench's healthy champion had 2 such days in 7).
@@ -34,9 +36,15 @@ from typing import Literal
 from pipeline.atomic import write_json_atomic
 from pipeline.metrics import wilson_upper_bound
 from pipeline.monitoring.config import MonitoringConfig
+from pipeline.monitoring.drift import SEGMENT_MARK
 
 KEEP_DAYS = 120
 VersionState = Literal["ok", "degraded", "insufficient_evidence", "unjudged"]
+# Why a version is degraded: a served feature stuck all day; collapsed to one value within one segment
+# (one channel);
+# a payment field outside its training range; realised recall below the floor on degraded_after_days
+# judged days in a row. All but the last need no labels.
+DegradedRule = Literal["stuck_feature", "stuck_feature_in_segment", "out_of_range", "recall_below_floor"]
 
 
 class MonitoringStateError(RuntimeError):
@@ -57,11 +65,13 @@ class MonitoredDay:
     judged: bool  # enough frauds and an expectation
     below: bool  # judged and recall_upper < floor
     recall_upper: float | None = None  # what is compared with the floor: the recall's upper bound (or itself)
-    broken_features: tuple[str, ...] = ()  # served features stuck at one value that day
+    broken_features: tuple[str, ...] = ()  # served features stuck at one value that day (all day, or "<f>@<segment>")
+    out_of_range_features: tuple[str, ...] = ()  # served features outside their training range that day
 
 
 def judge_day(day: date, frauds: int, recall: float | None, expected: float | None,
-              config: MonitoringConfig, broken: tuple[str, ...] = ()) -> MonitoredDay:
+              config: MonitoringConfig, broken: tuple[str, ...] = (),
+              out_of_range: tuple[str, ...] = ()) -> MonitoredDay:
     floor = None if expected is None else expected - config.recall_margin
     judged = frauds >= config.min_frauds and floor is not None and recall is not None and math.isfinite(recall)
     upper = None
@@ -69,7 +79,7 @@ def judge_day(day: date, frauds: int, recall: float | None, expected: float | No
         upper = (wilson_upper_bound(round(recall * frauds), frauds, config.confidence) if config.confidence > 0
                  else recall)
     return MonitoredDay(day.isoformat(), frauds, recall, expected, floor, judged,
-                        judged and upper < floor, upper, tuple(broken))  # type: ignore[operator]
+                        judged and upper < floor, upper, tuple(broken), tuple(out_of_range))  # type: ignore[operator]
 
 
 def days_below_in_a_row(history: list[MonitoredDay], day: date) -> int:
@@ -84,14 +94,29 @@ def days_below_in_a_row(history: list[MonitoredDay], day: date) -> int:
     return streak
 
 
+def degraded_by(entry: MonitoredDay, streak: int, config: MonitoringConfig) -> tuple[DegradedRule, ...]:
+    """The rules that call the version degraded on ``entry``'s day (none: not degraded), in the order
+    of :data:`DegradedRule`; ``streak``: :func:`days_below_in_a_row` up to that day."""
+    rules: list[DegradedRule] = []
+    if any(SEGMENT_MARK not in f for f in entry.broken_features):
+        rules.append("stuck_feature")
+    if any(SEGMENT_MARK in f for f in entry.broken_features):
+        rules.append("stuck_feature_in_segment")
+    if entry.out_of_range_features:
+        rules.append("out_of_range")
+    if entry.judged and entry.frauds >= config.min_frauds and streak >= config.degraded_after_days:
+        rules.append("recall_below_floor")
+    return tuple(rules)
+
+
 def version_state(entry: MonitoredDay, streak: int, config: MonitoringConfig) -> VersionState:
-    if entry.broken_features:
+    if entry.broken_features or entry.out_of_range_features:
         return "degraded"
     if entry.frauds < config.min_frauds:
         return "insufficient_evidence"
     if not entry.judged:
         return "unjudged"
-    return "degraded" if streak >= config.degraded_after_days else "ok"
+    return "degraded" if degraded_by(entry, streak, config) else "ok"
 
 
 @dataclass(frozen=True)
@@ -108,7 +133,8 @@ class HistoryStore:
         if not path.is_file():
             return []
         try:
-            return [MonitoredDay(**{**d, "broken_features": tuple(d.get("broken_features", ()))})
+            return [MonitoredDay(**{**d, "broken_features": tuple(d.get("broken_features", ())),
+                                    "out_of_range_features": tuple(d.get("out_of_range_features", ()))})
                     for d in json.loads(path.read_text())["days"]]
         except (ValueError, KeyError, TypeError) as exc:
             raise MonitoringStateError(f"{path} is not a monitoring history ({type(exc).__name__}: {exc}); move it away "

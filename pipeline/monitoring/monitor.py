@@ -174,7 +174,7 @@ def _judge_versions(client: MlflowClient, day: date, decisions: DayDecisions, la
         figures = version_figures([decisions.payments[i] for i in rows], labels[rows], reference, config)
         at = figures.at_operating_points
         entry = judge_day(day, at.frauds, None if math.isnan(at.recall) else at.recall, reference.expected_recall, config,
-                          figures.stuck_features)
+                          figures.stuck_features, figures.out_of_range_features)
         streak = days_below_in_a_row(history.record(model_name, version, entry), day)
         judged.append((VersionReport(figures, entry, version_state(entry, streak, config), streak, reference.run_id,
                                      reference.expected_recall_source, reference.training_sample), reference))
@@ -186,6 +186,9 @@ def why_degraded(v: VersionReport) -> str:
     d, reasons = v.day, []
     if d.broken_features:
         reasons.append(f"served features stuck at one value (broken inputs): {', '.join(d.broken_features)}")
+    if d.out_of_range_features:
+        reasons.append(f"served features outside their training range (broken inputs): "
+                       f"{', '.join(d.out_of_range_features)}")
     if d.below and d.recall is not None and d.recall_floor is not None and d.expected_recall is not None:
         upper = d.recall_upper
         bound = f" (upper confidence bound {upper:.3f})" if upper is not None and upper != d.recall else ""

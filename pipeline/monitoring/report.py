@@ -6,7 +6,8 @@ States, per version and for the day (the worst version's, in the order below):
 state                    meaning                                                    exit
 =======================  =========================================================  ====
 ``degraded``             recall at the operating points below expectation - margin  4
-                         on ``degraded_after_days`` judged days in a row
+                         on ``degraded_after_days`` judged days in a row; or a
+                         broken input (stuck, in a segment, out of range)
 ``ok``                   judged, not degraded                                       0
 ``unjudged``             enough frauds, but no expectation to compare with          0
 ``insufficient_evidence``  fewer matured frauds than ``min_frauds``                 0
@@ -121,7 +122,12 @@ def _version_dict(v: VersionReport, config: MonitoringConfig) -> dict[str, Any]:
                    "upper_bound": v.day.recall_upper, "judged": v.day.judged,
                    "below": v.day.below, "days_below_in_a_row": v.days_below_in_a_row,
                    "degraded_after_days": config.degraded_after_days, "min_frauds": config.min_frauds},
-        "broken_features": {"stuck": list(v.day.broken_features), "stuck_feature_share": config.stuck_feature_share},
+        "broken_features": {"stuck": list(v.day.broken_features), "stuck_feature_share": config.stuck_feature_share,
+                            "segment_feature": config.segment_feature,
+                            "segment_kept": config.segment_kept,
+                            "out_of_range": list(v.day.out_of_range_features),
+                            "range_features": list(config.range_features),
+                            "out_of_range_share": config.out_of_range_share},
         "score_psi": f.score_psi,
         "feature_psi": f.feature_psi,
         "feature_psi_sample": {"training": v.training_sample or None, "live_rows": f.live_feature_rows},
@@ -182,4 +188,6 @@ def describe_version(v: VersionReport) -> list[str]:
             f"block precision {_num(at.block_precision)}, review rate {_num(at.review_rate, '.2%')}{budget}; {drift}")
     broken = [f"  - broken input (degraded): {', '.join(day.broken_features)} stuck at one value"] \
         if day.broken_features else []
+    broken += [f"  - broken input (degraded): {', '.join(day.out_of_range_features)} outside the training range"] \
+        if day.out_of_range_features else []
     return [line, *broken, *(f"  - {finding}" for finding in f.findings)]

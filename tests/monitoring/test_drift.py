@@ -5,12 +5,19 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
 from pipeline.monitoring.drift import (
+    binomial_at_most,
+    broken_inputs,
     categorical_psi,
+    collapsed,
     feature_psi,
     numeric_psi,
+    out_of_range_features,
+    out_of_range_share,
     quantile_edges,
+    segment_collapses,
     stuck_features,
 )
 
@@ -75,3 +82,90 @@ def test_a_feature_stuck_at_one_value_is_found_and_a_drifting_or_naturally_const
     assert stuck_features(training, day, 0.99) == ("amount",)
     assert stuck_features(training, day, 0.0) == ()  # off
     assert stuck_features(training, {k: v[:150] for k, v in day.items()}, 0.99) == ()  # too few rows to say
+
+
+def _channels_day(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
+    """A day of three channels (codes 4: 25%, 5: 40%, 11: 35%) and three features that vary within each."""
+    channel = rng.choice([4.0, 5.0, 11.0], n, p=[0.25, 0.40, 0.35])
+    return {"channel_code": channel, "amount": rng.gamma(2.0, 30.0, n),
+            "merchant_fraud_rate_30d": np.where(rng.random(n) < 0.6, 0.0, rng.beta(1, 50, n)),  # 60% at 0 in training
+            "weekday": np.full(n, 2.0)}
+
+
+def test_the_binomial_tail_is_the_sum_of_its_terms():
+    assert binomial_at_most(3, 10, 0.5) == pytest.approx(176 / 1024)
+    assert binomial_at_most(0, 697, 0.0147) == pytest.approx((1 - 0.0147) ** 697)
+    assert binomial_at_most(10, 10, 0.3) == pytest.approx(1.0) and binomial_at_most(2, 5, 0.0) == 1.0
+    assert binomial_at_most(4, 5, 1.0) == 0.0 and binomial_at_most(5, 5, 1.0) == 1.0
+
+
+def test_a_value_taking_over_part_of_the_traffic_or_a_feature_stuck_at_its_mode_is_a_collapse():
+    rng = np.random.default_rng(6)
+    training = rng.gamma(2.0, 30.0, 5000)
+    served = rng.gamma(2.0, 30.0, 1000)
+    part_stuck = np.where(rng.random(1000) < 0.87, 44.71, served)  # 87% of a code, the other 13% another channel
+    assert collapsed(training, part_stuck, 0.5) and not collapsed(training, served, 0.5)
+    assert not collapsed(training, part_stuck, 0.1)  # 13% of other values kept: more than a tenth
+    mostly_zero = np.r_[np.zeros(4700), rng.beta(1, 50, 300)]  # 6% non-zero in training, e.g. a merchant fraud rate
+    assert collapsed(mostly_zero, np.zeros(700), 0.5)  # stuck at its mode: expect 42 others, see 0
+    assert not collapsed(mostly_zero, np.r_[np.zeros(670), rng.beta(1, 50, 30)], 0.5)  # 30 of 42: more than half kept
+    assert not collapsed(mostly_zero, np.r_[np.zeros(195), rng.beta(1, 50, 5)], 0.5)  # 5 of 12: chance does it (3%)
+    assert not collapsed(mostly_zero, np.zeros(40), 0.5)  # 2.4 others expected: 0 is no evidence
+    assert collapsed(training, np.full(300, np.nan), 0.5) and not collapsed(training, np.empty(0), 0.5)
+
+
+def test_a_feature_stuck_in_one_channel_is_named_with_that_channel_and_healthy_channels_are_not():
+    rng = np.random.default_rng(7)
+    training, day = _channels_day(rng, 20_000), _channels_day(rng, 3_000)
+    assert segment_collapses(training, day, "channel_code", 0.5) == ()  # a healthy day: nothing
+    outage = day["channel_code"] == 11.0
+    broken = {**day, "amount": np.where(outage, 44.71, day["amount"]),
+              "merchant_fraud_rate_30d": np.where(outage, 0.0, day["merchant_fraud_rate_30d"])}  # stuck at its mode
+    assert segment_collapses(training, broken, "channel_code", 0.5) == (
+        "amount@channel_code=11", "merchant_fraud_rate_30d@channel_code=11")
+    assert stuck_features(training, broken, 0.99) == ()  # 35% of the day: the whole-day rule cannot see it
+    assert segment_collapses(training, broken, "channel_code", 0.0) == ()  # off
+    assert segment_collapses(training, broken, "mcc_code", 0.5) == ()  # no such segment feature
+
+
+def test_a_segment_too_small_to_judge_is_skipped():
+    rng = np.random.default_rng(8)
+    training, day = _channels_day(rng, 20_000), _channels_day(rng, 600)  # ~150 rows of code 4
+    broken = {**day, "amount": np.where(day["channel_code"] == 4.0, 44.71, day["amount"])}
+    assert segment_collapses(training, broken, "channel_code", 0.5) == ()
+
+
+def test_broken_inputs_name_a_feature_stuck_all_day_once_and_one_stuck_in_a_segment_by_its_segment():
+    rng = np.random.default_rng(9)
+    training, day = _channels_day(rng, 20_000), _channels_day(rng, 3_000)
+    everywhere = {**day, "amount": np.full(3_000, 44.71)}
+    assert broken_inputs(training, everywhere, 0.99, "channel_code", 0.5) == ("amount",)
+    one_channel = {**day, "amount": np.where(day["channel_code"] == 5.0, 44.71, day["amount"])}
+    assert broken_inputs(training, one_channel, 0.99, "channel_code", 0.5) == ("amount@channel_code=5",)
+    assert broken_inputs(training, one_channel, 0.99) == ()  # segments not looked at
+
+
+def test_amounts_of_one_acquirer_in_minor_units_leave_the_training_range_and_healthy_ones_do_not():
+    rng = np.random.default_rng(10)
+    training = rng.lognormal(3.5, 1.0, 20_000)
+    day = rng.lognormal(3.5, 1.0, 3_000)
+    healthy = out_of_range_share(training, day)
+    assert healthy < 0.01  # ~0.002 expected: the 0.1% tails on both sides
+    acquirer = rng.random(3_000) < 0.12
+    in_cents = np.where(acquirer, day * 100.0, day)
+    assert 0.05 < out_of_range_share(training, in_cents) <= acquirer.mean()  # most, not all, leave the range
+    assert out_of_range_share(training, np.r_[day[:990], [np.nan] * 10]) >= 10 / 1000  # non-finite is outside
+    assert math.isnan(out_of_range_share([np.nan], day)) and math.isnan(out_of_range_share(training, []))
+
+
+def test_only_the_named_features_past_the_share_are_out_of_range():
+    rng = np.random.default_rng(11)
+    training = {"amount": rng.lognormal(3.5, 1.0, 20_000), "merchant_tx_count_30d": rng.poisson(50, 20_000) * 1.0}
+    grown = {"amount": rng.lognormal(3.5, 1.0, 2_000), "merchant_tx_count_30d": rng.poisson(400, 2_000) * 1.0}
+    names = ("amount",)
+    assert out_of_range_features(training, grown, names, 0.02) == ()  # a count outgrowing training: not named
+    assert out_of_range_features(training, grown, ("amount", "merchant_tx_count_30d"), 0.02) == ("merchant_tx_count_30d",)
+    scaled = {**grown, "amount": grown["amount"] * np.where(rng.random(2_000) < 0.1, 100.0, 1.0)}
+    assert out_of_range_features(training, scaled, names, 0.02) == ("amount",)
+    assert out_of_range_features(training, scaled, names, 0.0) == ()  # off
+    assert out_of_range_features(training, {k: v[:150] for k, v in scaled.items()}, names, 0.02) == ()  # too few rows

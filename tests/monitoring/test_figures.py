@@ -92,3 +92,19 @@ def test_without_a_reference_the_figures_are_still_computed_and_the_gaps_said():
     f = version_figures(payments([0.9, 0.1]), np.array([1, 0]), bare, CONFIG)
     assert f.at_operating_points.recall == 1.0 and f.review_budget is None and f.alert_rate_in_band is None
     assert math.isnan(f.score_psi) and f.feature_psi == {} and f.findings == ("v1 is not in the registry",)
+
+
+def test_the_live_figures_name_a_feature_broken_in_one_segment_and_a_field_out_of_its_range():
+    config = replace(CONFIG, stuck_feature_share=0.99, segment_feature="mcc_code", segment_kept=0.5,
+                     range_features=("amount",), out_of_range_share=0.02)
+    n = 900
+    healthy = [float(i % 50) for i in range(n)]  # mcc_code is i % 3: each code 300 rows
+    stuck_in_code_1 = [7.0 if i % 3 == 1 else a for i, a in enumerate(healthy)]
+    f = version_figures(payments(np.full(n, 0.01), amounts=stuck_in_code_1), np.zeros(n, dtype=np.int64),
+                        reference(), config)
+    assert f.stuck_features == ("amount@mcc_code=1",) and f.out_of_range_features == ()
+    in_cents = [a * 100.0 if i % 10 == 0 else a for i, a in enumerate(healthy)]  # 10% of the day x100
+    f = version_figures(payments(np.full(n, 0.01), amounts=in_cents), np.zeros(n, dtype=np.int64), reference(), config)
+    assert f.out_of_range_features == ("amount",) and f.stuck_features == ()
+    f = version_figures(payments(np.full(n, 0.01), amounts=healthy), np.zeros(n, dtype=np.int64), reference(), config)
+    assert f.stuck_features == () and f.out_of_range_features == ()

@@ -13,6 +13,7 @@ from pipeline.monitoring.history import (
     MonitoringStateError,
     MonitorLocked,
     days_below_in_a_row,
+    degraded_by,
     judge_day,
     monitor_lock,
     version_state,
@@ -116,3 +117,28 @@ def test_a_day_with_a_stuck_feature_is_degraded_whatever_its_recall_or_evidence(
 def test_stuck_feature_share_is_off_or_a_majority():
     with pytest.raises(ConfigError, match="stuck_feature_share"):
         MonitoringConfig(stuck_feature_share=0.4)
+
+
+def test_degraded_by_names_every_rule_that_fired_and_none_on_a_healthy_day():
+    config = MonitoringConfig(recall_margin=0.1, degraded_after_days=2, min_frauds=10)
+    below = judge_day(DAY, 20, 0.3, EXPECTED, config)
+    assert degraded_by(below, 1, config) == ()  # one day below, two asked
+    assert degraded_by(below, 2, config) == ("recall_below_floor",)
+    assert version_state(below, 2, config) == "degraded"
+    healthy = judge_day(DAY, 20, 0.6, EXPECTED, config)
+    assert degraded_by(healthy, 0, config) == () and version_state(healthy, 0, config) == "ok"
+    both = judge_day(DAY, 20, 0.3, EXPECTED, config, ("amount", "hour@channel_code=11"))
+    assert degraded_by(both, 2, config) == ("stuck_feature", "stuck_feature_in_segment", "recall_below_floor")
+    in_segment = judge_day(DAY, 3, None, EXPECTED, config, ("hour@channel_code=11",))  # few frauds: no recall rule
+    assert degraded_by(in_segment, 5, config) == ("stuck_feature_in_segment",)
+    assert version_state(in_segment, 5, config) == "degraded"
+    out_of_range = judge_day(DAY, 3, None, EXPECTED, config, (), ("amount",))
+    assert degraded_by(out_of_range, 0, config) == ("out_of_range",)
+    assert version_state(out_of_range, 0, config) == "degraded"
+
+
+def test_out_of_range_features_are_kept_in_the_history(tmp_path):
+    store = HistoryStore(tmp_path)
+    store.record("m", 1, judge_day(DAY, 3, None, EXPECTED, CONFIG, ("hour@channel_code=11",), ("amount",)))
+    kept = store.read("m", 1)[0]
+    assert kept.out_of_range_features == ("amount",) and kept.broken_features == ("hour@channel_code=11",)
