@@ -217,7 +217,14 @@ def frame_to_tensors(frame, config: FraudModelConfig) -> tuple[torch.Tensor, tor
 
 
 def save_model(model: FraudModel, directory: Path) -> None:
-    """Write weights (safetensors) and config (JSON) into ``directory``."""
+    """Write weights (safetensors), config (JSON) and a blend's booster into ``directory``.
+
+    Not atomic and not flushed: a directory that anyone may read while it is saved (a run's
+    ``model/``, an export) is built beside its name and published whole, ``with
+    pipeline.atomic.staged_dir(d) as tmp: save_model(model, tmp)``, so a reader or a kill finds the
+    previous model or this one, never weights paired with another save's booster. (This package
+    ships alone with each MLflow version, so it does not import the pipeline's helper itself.)
+    """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}

@@ -19,7 +19,6 @@ feature order, categorical columns, best iteration), read back by :func:`load_gb
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,18 +52,15 @@ class GbmTerm:
 
 
 def save_gbm_term(term: GbmTerm, directory: Path) -> None:
-    """``gbm.txt`` then ``gbm.json``, each written whole and renamed into place: the JSON, which says
-    the directory holds a booster, appears only once the trees it names are complete."""
+    """Write ``gbm.txt`` and ``gbm.json`` into ``directory``, a model directory being built: not
+    atomic by itself, so a directory anyone may read is built beside its name and published whole
+    (``pipeline.atomic.staged_dir``), which pairs the trees with the weight saved with them."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    tmp = directory / f".{GBM_MODEL_FILE}.tmp"
-    term.booster.save_model(str(tmp), num_iteration=term.best_iteration)
-    os.replace(tmp, directory / GBM_MODEL_FILE)
-    tmp = directory / f".{GBM_CONFIG_FILE}.tmp"
-    tmp.write_text(json.dumps({"weight": term.weight, "features": list(term.features),
-                               "categorical": list(term.categorical), "best_iteration": term.best_iteration},
-                              indent=1))
-    os.replace(tmp, directory / GBM_CONFIG_FILE)
+    term.booster.save_model(str(directory / GBM_MODEL_FILE), num_iteration=term.best_iteration)
+    (directory / GBM_CONFIG_FILE).write_text(json.dumps(
+        {"weight": term.weight, "features": list(term.features), "categorical": list(term.categorical),
+         "best_iteration": term.best_iteration}, indent=1))
 
 
 def remove_gbm_term(directory: Path) -> None:

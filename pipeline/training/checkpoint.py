@@ -8,13 +8,16 @@ the files' content is this module's:
 * ``model.json``: the FraudModelConfig, so export needs nothing else;
 * ``trainer.pt``: rank 0's model + optimizer state and trainer counters (tensors/primitives only);
 * ``rank-NNNNN.pt``: each rank's error-feedback residuals and RNG state;
-* ``best/calibration.pt``: temperature and logit shift, added after training (see calibration.py).
+* ``best/calibration.pt``: temperature and logit shift, added after training (see calibration.py),
+  with a blend's booster (``best/gbm.*``, :mod:`models.gbm`) whose weight belongs to it.
 
 A step directory is written as ``.tmp-step-NNNNNNNN/`` and published whole with
-:func:`pipeline.atomic.publish_dir`; ``best/`` is a hard-link copy published the same way.
+:func:`pipeline.atomic.publish_dir`; ``best/`` is a hard-link copy published the same way, and
+finalisation's calibration and booster replace it whole again (:meth:`Checkpointer.save_calibrated`),
+so a reader of ``best/`` (export, finalisation) finds the calibration with its own booster.
 Everything is loaded with ``torch.load(weights_only=True)``: no pickled objects. A kill during a
-save leaves only a ``.tmp-*`` directory, removed at the next start; the latest complete checkpoint
-is untouched. Multi-node runs need the run directory on a shared filesystem.
+save leaves only a dot-name directory (``.tmp-step-*``, ``.best.tmp-<pid>``), removed at the next
+start; the latest complete checkpoint is untouched. Multi-node runs need the run directory on a shared filesystem.
 """
 
 from __future__ import annotations
@@ -29,8 +32,8 @@ from typing import Any
 
 import torch
 
-from models.gbm import GbmTerm, remove_gbm_term, save_gbm_term
-from pipeline.atomic import atomic_path, publish_dir
+from models.gbm import GBM_CONFIG_FILE, GBM_MODEL_FILE, GbmTerm, save_gbm_term
+from pipeline.atomic import publish_dir, restore_interrupted_publish, staged_dir
 from pipeline.training.checkpoint_layout import (
     BEST,
     CALIBRATION_FILE,
@@ -42,6 +45,9 @@ from pipeline.training.checkpoint_layout import (
     step_dir_name,
 )
 from pipeline.training.run_dir import CheckpointError
+
+# What finalisation writes into best/: each is written anew when best/ is republished, never linked.
+_FINALISED_FILES = frozenset({CALIBRATION_FILE, GBM_CONFIG_FILE, GBM_MODEL_FILE})
 
 
 def _save_tensor_file(obj: Any, path: Path) -> None:
@@ -75,9 +81,7 @@ class Checkpointer:
         barrier()
 
     def _clean_interrupted(self) -> None:
-        old_best = self.directory / ".old-best"
-        if old_best.exists() and not self.best.exists():
-            old_best.rename(self.best)  # killed mid-swap: the previous best is still whole
+        restore_interrupted_publish(self.best)  # killed mid-swap where names cannot be exchanged
         for tmp in self.directory.glob(".*"):
             shutil.rmtree(tmp, ignore_errors=True)
 
@@ -119,10 +123,8 @@ class Checkpointer:
 
     def mark_best(self, step_dir: Path) -> None:
         """Make ``best/`` a copy of ``step_dir`` (hard links; checkpoint files are never rewritten)."""
-        tmp = self.directory / ".tmp-best"
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.copytree(step_dir, tmp, copy_function=os.link)
-        publish_dir(tmp, self.best)  # swaps through .old-best, which _clean_interrupted restores
+        with staged_dir(self.best) as tmp:
+            shutil.copytree(step_dir, tmp, copy_function=os.link, dirs_exist_ok=True)
 
     def best_step(self) -> int | None:
         meta = self.best / META_FILE
@@ -146,16 +148,14 @@ class Checkpointer:
         own = step_dir / rank_file(self.rank)
         return trainer_state, load_tensor_file(own) if own.is_file() else None
 
-    def save_gbm(self, term: GbmTerm | None) -> None:
-        """Rank 0: store a blend's booster beside the best weights (its weight belongs with the
-        calibration saved with it), or remove one a previous finalisation stored."""
-        if term is None:
-            remove_gbm_term(self.best)
-        else:
-            save_gbm_term(term, self.best)
-
-    def save_calibration(self, temperature: float, logit_shift: float) -> None:
-        """Rank 0: store the fitted calibration beside the best weights (atomic file write)."""
-        with atomic_path(self.best / CALIBRATION_FILE) as tmp:
+    def save_calibrated(self, temperature: float, logit_shift: float, gbm: GbmTerm | None) -> None:
+        """Rank 0: publish ``best/`` again with the fitted calibration and a blend's booster (or
+        none, dropping one a previous finalisation stored), in one replace of the directory: the
+        booster's weight was fitted with this calibration and is never read with another."""
+        with staged_dir(self.best) as tmp:
+            shutil.copytree(self.best, tmp, copy_function=os.link, dirs_exist_ok=True,
+                            ignore=lambda _, names: [n for n in names if n in _FINALISED_FILES])
             torch.save({"temperature": torch.tensor(temperature, dtype=torch.float64),
-                        "logit_shift": torch.tensor(logit_shift, dtype=torch.float64)}, tmp)
+                        "logit_shift": torch.tensor(logit_shift, dtype=torch.float64)}, tmp / CALIBRATION_FILE)
+            if gbm is not None:
+                save_gbm_term(gbm, tmp)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from models.fraud_mlp import FraudModel, FraudModelConfig, save_model
 from models.gbm import load_gbm_term
+from pipeline.atomic import staged_dir
 from pipeline.training.calibration import Calibration, apply_calibration
 from pipeline.training.checkpoint import (
     CALIBRATION_FILE,
@@ -39,6 +40,9 @@ def load_checkpoint_model(checkpoint_dir: Path, apply_stored_calibration: bool =
 
 
 def export_model_from_checkpoint(checkpoint_dir: Path, out_dir: Path) -> Path:
-    """Write the checkpoint's model (calibrated when the checkpoint has a calibration) into ``out_dir``."""
-    save_model(load_checkpoint_model(checkpoint_dir), Path(out_dir))
+    """Publish the checkpoint's model (calibrated when the checkpoint has a calibration) as
+    ``out_dir``, whole (:func:`pipeline.atomic.staged_dir`): it replaces any previous ``out_dir``."""
+    model = load_checkpoint_model(checkpoint_dir)
+    with staged_dir(Path(out_dir)) as staging:
+        save_model(model, staging)
     return Path(out_dir)

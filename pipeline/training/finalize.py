@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import torch
 
 from models.fraud_mlp import save_model
-from pipeline.atomic import atomic_path
+from pipeline.atomic import atomic_path, staged_dir
 from pipeline.datasets.manifest import DatasetManifest
 from pipeline.decisions.operating_points import (
     DecisionBudget,
@@ -70,8 +70,9 @@ def finalize_run(run: RunDir, checkpointer: Checkpointer, dataset_root: Path, ma
     With ``blend.gbm``, a LightGBM booster is fitted and stacked with the network by the calibration
     fit (:mod:`.blend`); kept (in ``best/`` and ``model/``) when it ranks validation better.
 
-    Side effects, in order: ``best/calibration.pt`` (and ``best/gbm.*``), ``model/`` (weights, then ``operating_points.json``),
-    ``validation_scores.parquet``, ``summary.json`` (last: its presence means the run finished).
+    Side effects, in order: ``best/`` republished with ``calibration.pt`` (and ``gbm.*``), ``model/``
+    published whole (weights, booster, ``operating_points.json``), ``validation_scores.parquet``,
+    ``summary.json`` (last: its presence means the run finished).
     Returns the summary written.
     """
     model = load_checkpoint_model(checkpointer.best, apply_stored_calibration=False)
@@ -83,14 +84,14 @@ def finalize_run(run: RunDir, checkpointer: Checkpointer, dataset_root: Path, ma
         calibration, blended, logits = blend_network(model, scored.logits, scored.labels, dataset_root, manifest,
                                                      blend, seed, calibration)
         scored = dataclasses.replace(scored, logits=logits)  # the blend's log-odds on the network's scale
-    checkpointer.save_calibration(calibration.temperature, calibration.logit_shift)
-    checkpointer.save_gbm(model.gbm)
+    checkpointer.save_calibrated(calibration.temperature, calibration.logit_shift, model.gbm)
     apply_calibration(model, calibration)
-    save_model(model, run.model)
     calibrated = split_metrics(scored, loss_fn, calibration.temperature, calibration.logit_shift)
     probs = torch.sigmoid((torch.from_numpy(scored.logits).double() + calibration.logit_shift)
                           / calibration.temperature).numpy()
-    write_operating_points(run.model, choose_operating_points(scored.labels, probs, budget))
+    with staged_dir(run.model) as staging:  # a reader of model/ finds weights with their own thresholds
+        save_model(model, staging)
+        write_operating_points(staging, choose_operating_points(scored.labels, probs, budget))
     with atomic_path(run.validation_scores) as tmp:
         pq.write_table(scores_table(scored, probs), tmp)
     rss = [r["peak_rss_mb"] for r in outcome.rank_stats]

@@ -3,14 +3,21 @@ beside the weights as text and read back, and never left behind by a network-onl
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import lightgbm as lgb
 import numpy as np
 import pytest
 import torch
 
 from models.fraud_mlp import FraudModel, FraudModelConfig, load_model, save_model
-from models.gbm import GBM_CONFIG_FILE, GBM_MODEL_FILE, GbmTerm, load_gbm_term
+from models.gbm import GBM_CONFIG_FILE, GBM_MODEL_FILE, GbmTerm
 
+REPO = Path(__file__).resolve().parents[2]
 CONFIG = FraudModelConfig(("amount", "velocity"), {"mcc": 6, "country": 3}, embedding_dim=3, hidden_dim=16,
                           num_blocks=1, dropout=0.0)
 
@@ -62,9 +69,42 @@ def test_a_network_saved_over_a_blend_does_not_load_back_as_one(tmp_path):
     assert load_model(tmp_path).gbm is None
 
 
-def test_trees_without_their_json_are_no_booster(tmp_path):
-    model, _ = blended()
-    save_model(model, tmp_path)
-    (tmp_path / GBM_CONFIG_FILE).unlink()  # as if killed between the two renames of save_gbm_term
-    assert load_gbm_term(tmp_path) is None
-    assert not list(tmp_path.glob(".*.tmp"))
+# The child re-saves two models over one directory, alternately, as fast as it can, the documented
+# way (built beside, published whole); it says "ready" once its imports are done.
+RESAVE_LOOP = """
+import sys
+from pathlib import Path
+from models.fraud_mlp import load_model, save_model
+from pipeline.atomic import staged_dir
+target, sources = Path(sys.argv[1]), [load_model(Path(p)) for p in sys.argv[2:]]
+print("ready", flush=True)
+for i in range(10**9):
+    with staged_dir(target) as staging:
+        save_model(sources[i % len(sources)], staging)
+"""
+
+
+@pytest.mark.slow
+def test_a_resave_killed_at_any_point_leaves_one_whole_model(tmp_path):
+    """SIGKILL a process re-saving two blends (different networks, boosters and weights) over one
+    directory, at several points: the directory always loads as one of them, never a network paired
+    with the other's booster or weight."""
+    models = {"a": blended(weight=0.7, seed=0)[0], "b": blended(weight=0.3, seed=1)[0]}
+    for name, model in models.items():
+        save_model(model, tmp_path / name)
+    target = tmp_path / "model"
+    save_model(models["a"], target)
+    numeric, categorical = _inputs()
+    expected = {name: model.predict_proba(numeric, categorical) for name, model in models.items()}
+    rng, found = np.random.default_rng(0), []
+    for _ in range(6):
+        child = subprocess.Popen([sys.executable, "-c", RESAVE_LOOP, str(target), str(tmp_path / "a"),
+                                  str(tmp_path / "b")], cwd=REPO, stdout=subprocess.PIPE, text=True)
+        assert child.stdout.readline().strip() == "ready"
+        time.sleep(rng.uniform(0.05, 0.5))  # hundreds of saves in: the kill lands anywhere in one
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        child.stdout.close()
+        proba = load_model(target).predict_proba(numeric, categorical)
+        found.append([name for name, p in expected.items() if torch.allclose(proba, p, rtol=0, atol=1e-7)])
+    assert all(len(match) == 1 for match in found), found

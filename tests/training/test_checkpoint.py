@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 import torch
 
 from models.fraud_mlp import FraudModel, FraudModelConfig, load_model
-from pipeline.training.checkpoint import BEST, Checkpointer, CheckpointError, load_tensor_file, rank_file
+from models.gbm import GBM_CONFIG_FILE, GbmTerm
+from pipeline.atomic import old_dir_path
+from pipeline.training.checkpoint import (
+    BEST,
+    CALIBRATION_FILE,
+    TRAINER_FILE,
+    Checkpointer,
+    CheckpointError,
+    load_tensor_file,
+    rank_file,
+)
 from pipeline.training.export import export_model_from_checkpoint, load_checkpoint_model
 
 CONFIG = FraudModelConfig(("a", "b"), {"c": 4}, embedding_dim=2, hidden_dim=8, num_blocks=1)
@@ -67,7 +78,8 @@ def test_a_kill_in_the_middle_of_swapping_best_restores_the_previous_best(tmp_pa
     model = FraudModel(CONFIG)
     ck = _checkpointer(tmp_path / "ck")
     _save(ck, 3, model, is_best=True)
-    (tmp_path / "ck" / BEST).rename(tmp_path / "ck" / ".old-best")  # state right after the first rename
+    # the state right after the first rename of publish_dir's fallback (no exchange on this filesystem)
+    os.replace(tmp_path / "ck" / BEST, old_dir_path(tmp_path / "ck" / BEST))
     ck = _checkpointer(tmp_path / "ck")
     assert ck.best_step() == 3
 
@@ -98,7 +110,7 @@ def test_export_rebuilds_the_model_with_calibration(tmp_path):
     model.set_normalization(torch.tensor([1.0, 2.0]), torch.tensor([3.0, 4.0]))
     ck = _checkpointer(tmp_path / "ck")
     _save(ck, 1, model, is_best=True)
-    ck.save_calibration(temperature=2.0, logit_shift=-0.5)
+    ck.save_calibrated(temperature=2.0, logit_shift=-0.5, gbm=None)
     out = export_model_from_checkpoint(tmp_path / "ck" / BEST, tmp_path / "exported")
     exported = load_model(out)
     x, c = torch.randn(5, 2), torch.randint(0, 4, (5, 1))
@@ -106,6 +118,42 @@ def test_export_rebuilds_the_model_with_calibration(tmp_path):
     assert torch.equal(exported.num_std, torch.tensor([3.0, 4.0]))
     uncalibrated = load_checkpoint_model(tmp_path / "ck" / BEST, apply_stored_calibration=False)
     torch.testing.assert_close(uncalibrated(x, c), model(x, c))
+
+
+def test_finalisation_republishes_best_whole_and_never_writes_through_its_links(tmp_path):
+    """best/ is hard links to its step's files: each calibration is a new file in a new best/, so the
+    step directory and a reader of the previous best/ keep what they had."""
+    model = FraudModel(CONFIG)
+    ck = _checkpointer(tmp_path / "ck")
+    step = _save(ck, 1, model, is_best=True)
+    ck.save_calibrated(temperature=2.0, logit_shift=-0.5, gbm=None)
+    with (ck.best / CALIBRATION_FILE).open("rb") as first:  # a reader of the first calibration
+        ck.save_calibrated(temperature=3.0, logit_shift=0.25, gbm=None)
+        assert float(torch.load(first, weights_only=True)["temperature"]) == 2.0
+    assert float(load_tensor_file(ck.best / CALIBRATION_FILE)["temperature"]) == 3.0
+    assert not (step / CALIBRATION_FILE).exists()
+    assert (ck.best / TRAINER_FILE).stat().st_ino == (step / TRAINER_FILE).stat().st_ino  # still linked
+    assert not (ck.best / GBM_CONFIG_FILE).exists()
+    assert sorted(p.name for p in ck.directory.iterdir() if p.name.startswith(".")) == []
+
+
+class _FullDisk:
+    """A booster whose save fails, as on a full disk."""
+
+    def save_model(self, *args, **kwargs):
+        raise OSError("No space left on device")
+
+
+def test_a_failed_finalisation_leaves_best_with_its_previous_calibration_and_booster(tmp_path):
+    model = FraudModel(CONFIG)
+    ck = _checkpointer(tmp_path / "ck")
+    _save(ck, 1, model, is_best=True)
+    ck.save_calibrated(temperature=2.0, logit_shift=-0.5, gbm=None)
+    with pytest.raises(OSError, match="No space"):
+        ck.save_calibrated(temperature=3.0, logit_shift=0.25, gbm=GbmTerm(_FullDisk(), 0.5, ("a", "b", "c"), (2,), 1))
+    assert float(load_tensor_file(ck.best / CALIBRATION_FILE)["temperature"]) == 2.0  # not 3.0 without its booster
+    assert not (ck.best / GBM_CONFIG_FILE).exists()
+    assert sorted(p.name for p in ck.directory.iterdir()) == [BEST, "step-00000001"]
 
 
 def test_export_of_a_non_checkpoint_is_a_clear_error(tmp_path):

@@ -10,6 +10,7 @@ import torch
 
 from models.fraud_mlp import FraudModel, FraudModelConfig, load_model
 from pipeline.decisions.operating_points import DecisionBudget, choose_operating_points, read_operating_points
+from pipeline.training import finalize as finalize_module
 from pipeline.training.checkpoint import CALIBRATION_FILE, Checkpointer, load_tensor_file
 from pipeline.training.config import CompressionConfig, OptimConfig
 from pipeline.training.finalize import TrainingOutcome, finalize_run
@@ -92,3 +93,20 @@ def test_the_model_ships_the_operating_points_of_the_budget_chosen_on_its_valida
     flagged = (scores["score"] >= points.review_threshold).mean()
     assert points.validation.review_rate == pytest.approx(flagged)
     assert flagged >= DecisionBudget().review_rate and points.review_threshold <= points.block_threshold
+
+
+def test_a_finalisation_that_fails_midway_leaves_model_dir_as_it_was(finalized, tiny_dataset, tiny_manifest,
+                                                                    monkeypatch):
+    """model/ is published whole: weights never appear there without the thresholds chosen for them."""
+    run, checkpointer, first, _ = finalized
+    before = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in run.model.iterdir()}
+
+    def fail(*args, **kwargs):
+        raise MemoryError("killed while choosing the operating points")
+
+    monkeypatch.setattr(finalize_module, "choose_operating_points", fail)
+    with pytest.raises(MemoryError):
+        finalize_run(run, checkpointer, tiny_dataset, tiny_manifest, _loss(tiny_manifest),
+                     _outcome(first.started_at), DecisionBudget())
+    assert {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in run.model.iterdir()} == before
+    assert not [p.name for p in run.model.parent.iterdir() if p.name.startswith(".")]
