@@ -10,7 +10,7 @@ scores topic, :mod:`.score_event`); flagged and blocked counts -> :mod:`.rates`.
 :mod:`.model_source`), :mod:`.stream` (Kafka feed, seeded by :mod:`.seed`; its positions judged by
 :mod:`.stream_watch`), rules refresh, feature expiry and the review-rate check (:mod:`.periodic`,
 :mod:`.rate_check`). /metrics: :mod:`.telemetry`
-on :mod:`.prometheus` (the text format). Failures: :mod:`.errors`.
+on :mod:`.prometheus` (prometheus_client, a registry per service). Failures: :mod:`.errors`.
 Wiring: :func:`.service.build_service`; running: :mod:`.server`. Offline check: :mod:`.consistency`.
 Scale-out: ``--partition I/N`` owns the cards :mod:`.partitioning` (Kafka's murmur2) assigns it
 (421 for the others); :mod:`.router` (``fraudctl route``) sends each payment to its owner. The

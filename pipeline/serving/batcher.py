@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from pipeline.serving.prometheus import Family
+from prometheus_client.metrics_core import CounterMetricFamily
 
 MAX_BATCH = 64  # events per batch: bounds one forward (64 * 31 rows, tens of ms here); a burst waits a turn
 
@@ -56,14 +56,14 @@ class ScoreBatcher:
             loop.call_soon(self._dispatch, loop)  # after the requests that arrived in this turn joined
         return await result
 
-    def families(self) -> list[Family]:
+    def families(self) -> list[CounterMetricFamily]:
         """For /metrics: batches scored and the requests in them (their ratio is the mean batch size)."""
-        return [Family("fraud_scoring_batches_total", "counter", "Batches of POST /score requests scored together.")
-                .add(self.batches),
-                Family("fraud_scoring_batched_requests_total", "counter", "POST /score requests in those batches.")
-                .add(self.events),
-                Family("fraud_scoring_inline_batches_total", "counter", "Of those batches, lone requests scored on "
-                       "the event loop (nothing else pending, the scoring thread idle).").add(self.inline)]
+        return [CounterMetricFamily("fraud_scoring_batches_total", "Batches of POST /score requests scored together.",
+                                    value=self.batches),
+                CounterMetricFamily("fraud_scoring_batched_requests_total", "POST /score requests in those batches.",
+                                    value=self.events),
+                CounterMetricFamily("fraud_scoring_inline_batches_total", "Of those batches, lone requests scored on "
+                                    "the event loop (nothing else pending, the scoring thread idle).", value=self.inline)]
 
     def close(self) -> None:
         """Stop the scoring thread once the batch in progress is done."""

@@ -1,67 +1,75 @@
-"""Prometheus text exposition (format 0.0.4) without a client library: counters, gauges, histograms.
+"""The service's /metrics through ``prometheus_client``: one registry per service instance, filled by
+a custom collector that builds the metric families at scrape time.
 
 The service's operational counters only; model-quality metrics live in :mod:`pipeline.metrics`.
 
-Components keep their own counts (the reloader its reloads, the rule book its refreshes, ...); the
-/metrics endpoint turns their status into :class:`Family` objects at scrape time and
-:func:`render` writes them. Only the request counters and latency histograms live here, because
-they are updated on every request: :class:`Histogram` and :class:`Counter` are thread-safe.
+Components keep their own counts (the reloader its reloads, the rule book its refreshes, ...); at
+scrape time :mod:`.telemetry` turns their status into ``prometheus_client`` metric families and the
+library writes the text format (escaping of HELP text and label values included). Only the request
+counters and latency histograms live here, because they are updated on every request:
+:class:`Counter` and :class:`Histogram` are thread-safe.
+
+Why not the library's own ``Counter``/``Histogram`` instruments: they need their label names when
+built (the decisions counter learns its labels per decision) and add ``*_created`` series that the
+scrape never had; keeping the counts here and handing them to the library as families at scrape
+time keeps every series as it was. Why a registry per instance: two services in one process (the
+tests start several) must not share, or collide in, the global ``REGISTRY``.
 """
 
 from __future__ import annotations
 
 import bisect
-import math
 import threading
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 Labels = tuple[tuple[str, str], ...]
+
+# The text format the library writes (version 0.0.4), for the response's Content-Type.
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 
 # Seconds. Dense below 10 ms, where the service's latency objective (p99 <= 5 ms) lives.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 2.5)
 
 
-@dataclass
-class Family:
-    """One metric family: ``name``, ``kind`` (counter/gauge/histogram), help, and samples."""
+class ScrapeCollector(Collector):
+    """A custom collector: ``families()`` is called on every scrape and its families are exposed as-is."""
 
-    name: str
-    kind: str
-    help: str
-    samples: list[tuple[str, Labels, float]] = field(default_factory=list)  # (suffix, labels, value)
+    def __init__(self, families: Callable[[], Iterable[Metric]]) -> None:
+        self._families = families
 
-    def add(self, value: float, labels: Labels = (), suffix: str = "") -> Family:
-        self.samples.append((suffix, labels, value))
-        return self
+    def collect(self) -> Iterator[Metric]:
+        return iter(list(self._families()))
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+def service_registry(families: Callable[[], Iterable[Metric]]) -> CollectorRegistry:
+    """A registry of its own (not the global one) whose only collector is ``families``.
+    ``auto_describe`` stays off: describing would call ``families()`` once at registration."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ScrapeCollector(families))
+    return registry
 
 
-def _number(value: float) -> str:
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    if math.isnan(value):
-        return "NaN"
-    return repr(float(value)) if not float(value).is_integer() else str(int(value))
+def render(registry: Collector) -> str:
+    """The text exposition (format 0.0.4) of everything ``registry`` collects."""
+    return generate_latest(registry).decode()
 
 
-def render(families: Iterable[Family]) -> str:
-    lines = []
-    for f in families:
-        lines.append(f"# HELP {f.name} {f.help}")
-        lines.append(f"# TYPE {f.name} {f.kind}")
-        for suffix, labels, value in f.samples:
-            label_text = ",".join(f'{k}="{_escape(v)}"' for k, v in labels)
-            lines.append(f"{f.name}{suffix}{{{label_text}}} {_number(value)}" if labels
-                         else f"{f.name}{suffix} {_number(value)}")
-    return "\n".join(lines) + "\n"
+def _label_names(labels: Labels) -> list[str]:
+    return [name for name, _ in labels]
+
+
+def _label_values(labels: Labels) -> list[str]:
+    return [value for _, value in labels]
 
 
 class Counter:
-    """Monotone counts per label set."""
+    """Monotone counts per label set; every label set of one counter has the same label names."""
 
     def __init__(self, name: str, help: str) -> None:
         self.name, self.help = name, help
@@ -75,38 +83,38 @@ class Counter:
     def value(self, labels: Labels = ()) -> float:
         return self._values.get(labels, 0.0)
 
-    def family(self) -> Family:
-        family = Family(self.name, "counter", self.help)
+    def family(self) -> CounterMetricFamily:
         with self._lock:
-            for labels, value in sorted(self._values.items()):
-                family.add(value, labels)
+            values = sorted(self._values.items())
+        family = CounterMetricFamily(self.name, self.help, labels=_label_names(values[0][0]) if values else ())
+        for labels, value in values:
+            family.add_metric(_label_values(labels), value)
         return family
 
 
 class Histogram:
-    """Cumulative-bucket histogram per label set (Prometheus semantics: ``le`` buckets, sum, count)."""
+    """Bucket counts per label set; the library writes them as cumulative ``le`` buckets, sum and count."""
 
-    def __init__(self, name: str, help: str, buckets: tuple[float, ...] = LATENCY_BUCKETS) -> None:
-        self.name, self.help, self.buckets = name, help, buckets
-        self._counts: dict[Labels, list[int]] = {}  # per bucket (non-cumulative), last slot = +Inf
-        self._sums: dict[Labels, float] = {}
+    def __init__(self, name: str, help: str, label: str, buckets: tuple[float, ...] = LATENCY_BUCKETS) -> None:
+        self.name, self.help, self.label, self.buckets = name, help, label, buckets
+        self._counts: dict[str, list[int]] = {}  # per bucket (not cumulative), last slot = +Inf
+        self._sums: dict[str, float] = {}
         self._lock = threading.Lock()
 
-    def observe(self, value: float, labels: Labels = ()) -> None:
+    def observe(self, value: float, label_value: str) -> None:
         slot = bisect.bisect_left(self.buckets, value)  # first bucket with value <= le
         with self._lock:
-            counts = self._counts.setdefault(labels, [0] * (len(self.buckets) + 1))
+            counts = self._counts.setdefault(label_value, [0] * (len(self.buckets) + 1))
             counts[slot] += 1
-            self._sums[labels] = self._sums.get(labels, 0.0) + value
+            self._sums[label_value] = self._sums.get(label_value, 0.0) + value
 
-    def family(self) -> Family:
-        family = Family(self.name, "histogram", self.help)
+    def family(self) -> HistogramMetricFamily:
+        family = HistogramMetricFamily(self.name, self.help, labels=[self.label])
         with self._lock:
-            for labels, counts in sorted(self._counts.items()):
-                running = 0
-                for le, n in zip((*self.buckets, math.inf), counts, strict=True):
+            for label_value, counts in sorted(self._counts.items()):
+                cumulative, running = [], 0
+                for le, n in zip((*self.buckets, float("inf")), counts, strict=True):
                     running += n
-                    family.add(running, (*labels, ("le", _number(le))), "_bucket")
-                family.add(self._sums[labels], labels, "_sum")
-                family.add(running, labels, "_count")
+                    cumulative.append((floatToGoString(le), running))
+                family.add_metric([label_value], cumulative, self._sums[label_value])
         return family

@@ -9,17 +9,17 @@ or a rules read never blocks the event loop.
 from __future__ import annotations
 
 import hmac
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from fastapi import APIRouter, Request, Response
+from prometheus_client.metrics_core import Metric
 
 from pipeline.serving.config import AdminConfig
 from pipeline.serving.errors import ServingError
 from pipeline.serving.http_bodies import RequestRefused, json_response
-from pipeline.serving.prometheus import Family, render
+from pipeline.serving.prometheus import CONTENT_TYPE, render, service_registry
 from pipeline.serving.service import ScoringService
 
-PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
 TOKEN_REFUSALS = {401: {}, 403: {}}
 
 
@@ -33,7 +33,7 @@ def require_admin(request: Request, admin: AdminConfig) -> None:
         raise RequestRefused(401, "unauthorized", "admin endpoints need 'Authorization: Bearer <token>'")
 
 
-def admin_router(service: ScoringService, admin: AdminConfig, families: Callable[[], list[Family]]) -> APIRouter:
+def admin_router(service: ScoringService, admin: AdminConfig, families: Callable[[], Iterable[Metric]]) -> APIRouter:
     """Status and admin routes for ``service``; ``families`` gives /metrics its metric families at scrape time."""
     router = APIRouter()
     add_status_routes(router, service, families)
@@ -41,7 +41,7 @@ def admin_router(service: ScoringService, admin: AdminConfig, families: Callable
     return router
 
 
-def add_status_routes(router: APIRouter, service: ScoringService, families: Callable[[], list[Family]]) -> None:
+def add_status_routes(router: APIRouter, service: ScoringService, families: Callable[[], Iterable[Metric]]) -> None:
     @router.get("/health")
     async def health() -> Response:
         """Status (ok; degraded: the review rate left its band or the event feed is stuck or out of its
@@ -54,9 +54,11 @@ def add_status_routes(router: APIRouter, service: ScoringService, families: Call
         problems = service.readiness()
         return json_response({"ready": not problems, "not_ready": problems}, 503 if problems else 200)
 
+    registry = service_registry(families)  # this service's own, never the process-global one
+
     @router.get("/metrics")
     async def metrics() -> Response:
-        return Response(render(families()), media_type=PROMETHEUS)
+        return Response(render(registry), media_type=CONTENT_TYPE)
 
 
 def add_admin_routes(router: APIRouter, service: ScoringService, admin: AdminConfig) -> None:

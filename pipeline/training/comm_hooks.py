@@ -24,7 +24,16 @@ int8 compress every step.
 
 Timing: DDP calls :func:`compression_hook`, which times the method's hook (encoding, launching the
 collective) and notes when the last bucket was launched; :meth:`CommState.end_backward` then takes
-the rest of backward as the wait for communication that backward's compute did not hide.
+the rest of backward as the wait for communication that backward's compute did not hide
+(``comm_wait_s``, ``comm_wait_share``), on the clock that can see that wait (``comm_wait_clock``):
+
+* ``host`` (gloo, CPU tensors): gloo's collectives finish on the host and DDP's ``backward()`` returns
+  only once every bucket's future has, so host time from the last launch to its return is the wait.
+* ``cuda_events`` (NCCL): ``backward()`` returns as soon as the compute stream has been told to wait
+  for NCCL's stream; the wait happens on the GPU after the host has moved on, where a host clock
+  reads about 0. An event recorded on the current stream at the last launch and another after
+  ``backward()`` returns time it on the device; :class:`CommTiming` reads them when it writes the
+  epoch's record (one synchronisation per epoch, none per step).
 
 With ``local_clipping`` the top-k hooks clip each rank's bucket before error feedback accumulates it,
 and :attr:`CommState.clipped_locally` tells the trainer not to clip the averaged gradient again.
@@ -88,7 +97,10 @@ class CommState:
     step_wait_s: float = 0.0  # backward's time after the last bucket's launch: exposed communication
     step_buckets: int = 0  # hook calls this step
     process_group: dist.ProcessGroup | None = field(default=None, repr=False)
+    cuda_events: bool = False  # time the wait on the device (NCCL), not on the host: module docstring
+    step_device_waits: list["DeviceWait"] = field(default_factory=list, repr=False)  # cuda_events: this step's
     _last_launch: float | None = field(default=None, repr=False)
+    _last_launch_event: "torch.cuda.Event | None" = field(default=None, repr=False)
 
     def begin_step(self, density: float, dense: bool, step: int = 0) -> None:
         """Start optimizer ``step`` (it seeds the int8 rounding): its top-k density, whether it is a
@@ -96,7 +108,8 @@ class CommState:
         self.density, self.dense, self.step = density, dense, step
         self.step_bytes_sent = self.step_bytes_dense = self.step_buckets = 0
         self.step_hook_s = self.step_wait_s = 0.0
-        self._last_launch = None
+        self.step_device_waits = []
+        self._last_launch = self._last_launch_event = None
 
     @property
     def clipped_locally(self) -> bool:
@@ -112,13 +125,21 @@ class CommState:
         self.step_hook_s += returned - started
         self.step_buckets += 1
         self._last_launch = returned
+        if self.cuda_events:  # after the hook's kernels and launch, on the stream backward runs on
+            self._last_launch_event = torch.cuda.Event(enable_timing=True)
+            self._last_launch_event.record()
 
     def end_backward(self) -> None:
         """Call right after the synchronising ``backward()`` returns (DDP has waited for every bucket):
-        the time since the last bucket's launch is added to :attr:`step_wait_s`."""
-        if self._last_launch is not None:
+        the time since the last bucket's launch is added to :attr:`step_wait_s` (host clock) or kept as
+        a :class:`DeviceWait` in :attr:`step_device_waits` (CUDA events, read later)."""
+        if self.cuda_events and self._last_launch_event is not None:
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            self.step_device_waits.append(DeviceWait(self._last_launch_event, end))
+        elif self._last_launch is not None:
             self.step_wait_s += time.perf_counter() - self._last_launch
-            self._last_launch = None
+        self._last_launch = self._last_launch_event = None
 
     def commit(self) -> None:
         """The step was applied: staged residuals become the state."""
@@ -134,6 +155,18 @@ class CommState:
                 memory.clear()
 
 
+@dataclass(frozen=True)
+class DeviceWait:
+    """One step's exposed communication on the GPU: events at the last launch and after ``backward()``."""
+
+    start: "torch.cuda.Event"
+    end: "torch.cuda.Event"
+
+    def seconds(self) -> float:
+        self.end.synchronize()  # the device has got past the wait
+        return self.start.elapsed_time(self.end) / 1000
+
+
 @dataclass
 class CommTiming:
     """Step and communication times summed over steps (the trainer keeps one per epoch, for its record)."""
@@ -143,19 +176,27 @@ class CommTiming:
     wait_s: float = 0.0
     hook_s: float = 0.0
     buckets: int = 0
+    clock: str = "host"  # where the waits were timed: "host" or "cuda_events" (module docstring)
+    device_waits: list[DeviceWait] = field(default_factory=list, repr=False)  # read at record()
 
     def add(self, step_s: float, comm: CommState) -> None:
         self.steps += 1
         self.step_s += step_s
         self.wait_s += comm.step_wait_s
+        self.device_waits += comm.step_device_waits
+        self.clock = "cuda_events" if comm.cuda_events else "host"
         self.hook_s += comm.step_hook_s
         self.buckets += comm.step_buckets
 
-    def record(self, bucket_cap_mb: float) -> dict[str, float]:
-        """Fields of an epoch record: totals, the share of step time spent waiting on communication,
-        and the DDP buckets exchanged per step (with the cap they were cut at)."""
+    def record(self, bucket_cap_mb: float) -> dict[str, float | str]:
+        """Fields of an epoch record: totals, the share of step time spent waiting on communication
+        (and the clock that timed it), and the DDP buckets exchanged per step (with the cap they were
+        cut at). Reads the device waits kept so far: one synchronisation with the GPU."""
+        self.wait_s += sum(w.seconds() for w in self.device_waits)
+        self.device_waits = []
         return {"step_s": self.step_s, "comm_wait_s": self.wait_s, "comm_hook_s": self.hook_s,
                 "comm_wait_share": self.wait_s / self.step_s if self.step_s > 0 else 0.0,
+                "comm_wait_clock": self.clock,
                 "buckets_per_step": self.buckets / self.steps if self.steps else 0.0,
                 "bucket_cap_mb": bucket_cap_mb}
 
@@ -394,6 +435,7 @@ def register_compression(model: DistributedDataParallel, config: CompressionConf
         seed=seed,
         chunk_size=config.quantization_chunk,
         dense_warmup_exchange=config.dense_warmup_exchange,
+        cuda_events=backend == "nccl",  # NCCL waits on a CUDA stream, out of a host clock's sight
     )
     if config.method == "powersgd":
         state.powersgd = powerSGD_hook.PowerSGDState(

@@ -18,7 +18,6 @@ from pipeline.decisions.operating_points import DecisionBudget
 CompressionMethod = Literal["allreduce", "fp16", "bf16", "int8", "int8_ef", "topk_ef", "topk", "topk_int8_ef",
                             "powersgd"]
 WarmupExchange = Literal["allreduce", "int8"]
-QUANTIZATION_BITS = (8,)  # widths the int8 hooks implement
 LossKind = Literal["weighted_bce", "focal"]
 
 
@@ -103,7 +102,9 @@ class ScheduleConfig:
 class CompressionConfig:
     """How gradients travel between ranks (pipeline/training/comm_hooks.py): ``allreduce`` (fp32),
     torch's ``fp16`` / ``bf16`` / ``powersgd`` hooks, ``int8`` / ``int8_ef`` (per-chunk int8, without or
-    with error feedback), ``topk`` / ``topk_ef`` (fp32 values, int32 indices) and ``topk_int8_ef``."""
+    with error feedback), ``topk`` / ``topk_ef`` (fp32 values, int32 indices) and ``topk_int8_ef``.
+    The quantized width is part of the method's name: the hooks send one byte per entry, and there is
+    no width option (another width needs its own packing and its own method)."""
 
     method: CompressionMethod = "topk_ef"
     density: float = 0.01  # share of each parameter's gradient entries sent per step (top-k)
@@ -119,7 +120,6 @@ class CompressionConfig:
     # DDP's bucket size (25 is DDP's default): gradients are exchanged per bucket as soon as it is full,
     # so smaller buckets overlap more communication with backward's compute, at more collectives.
     bucket_cap_mb: float = 25.0
-    quantization_bits: int = 8  # int8 methods: 8 is the only width implemented (anything else is refused)
     quantization_chunk: int = 256  # int8 methods: entries per fp32 scale (4 bytes per 256: 1.6% overhead)
     powersgd_rank: int = 1  # powersgd: rank of the low-rank approximation (torch's matrix_approximation_rank)
     # Top-k only: AdamW's second moment stops updating when the dense warm-up ends (1-bit Adam), so
@@ -189,9 +189,6 @@ def _compression_checks(c: CompressionConfig) -> list[tuple[bool, str]]:
          f"compression.density_warmup_start must be in [density, 1] = [{c.density}, 1], got {c.density_warmup_start} "
          "(the density warm-up decays from it to compression.density)"),
         (c.bucket_cap_mb > 0, "compression.bucket_cap_mb must be > 0 (DDP's default is 25)"),
-        (c.quantization_bits in QUANTIZATION_BITS,
-         f"compression.quantization_bits = {c.quantization_bits} is not implemented: the int8 hooks quantize "
-         f"to {' or '.join(map(str, QUANTIZATION_BITS))} bits only"),
         (c.quantization_chunk >= 1, "compression.quantization_chunk must be >= 1 (entries per int8 scale)"),
         (c.powersgd_rank >= 1, "compression.powersgd_rank must be >= 1"),
         (c.dense_warmup_exchange == "allreduce" or topk,

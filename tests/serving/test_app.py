@@ -16,6 +16,7 @@ from pipeline.features.frame import build_feature_frame
 from pipeline.registry.store import CHAMPION
 from tests.serving import factory
 from tests.serving.conftest import ADMIN_TOKEN, app_of, event, with_decision
+from tests.serving.scrape import samples, value
 
 AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
@@ -49,9 +50,9 @@ def test_a_lone_request_is_scored_on_the_event_loop_and_concurrent_ones_together
             return [r.json() for r in await asyncio.gather(*(client.post("/score", json=row) for row in rows[3:]))]
 
     together = http.portal.call(at_once)
-    lines = http.get("/metrics").text.splitlines()
-    assert {"fraud_scoring_batches_total 4", "fraud_scoring_batched_requests_total 9",
-            "fraud_scoring_inline_batches_total 3"} <= set(lines)  # three alone, then one batch of six
+    text = http.get("/metrics").text
+    assert [value(text, f"fraud_scoring_{name}_total") for name in ("batches", "batched_requests", "inline_batches")] \
+        == [4, 9, 3]  # three alone, then one batch of six
     offline = build_feature_frame(window.transactions.head(9), window.labels.head(0), factory.PARAMS)
     numeric, categorical = frame_to_tensors(offline, models.good.config)
     expected = models.good.predict_proba(numeric, categorical).tolist()
@@ -196,17 +197,17 @@ def test_health_ready_and_metrics_report_the_live_model(http, window, champion):
     assert http.get("/ready").status_code == 200
     metrics = http.get("/metrics")
     assert metrics.headers["content-type"].startswith("text/plain; version=0.0.4")
-    lines = metrics.text.splitlines()
-    assert 'fraud_scoring_http_requests_total{path="/score",method="POST",status="200"} 5' in lines
-    assert 'fraud_scoring_http_requests_total{path="/score",method="POST",status="400"} 1' in lines
-    assert 'fraud_scoring_http_request_duration_seconds_count{path="/score"} 6' in lines
-    assert f'fraud_scoring_model_version{{role="champion"}} {champion}' in lines
-    assert 'fraud_scoring_model_loads_total{role="champion",result="success"} 1' in lines
-    assert 'fraud_scoring_rules_refreshes_total{result="failure"} 0' in lines
-    decisions = [line for line in lines if line.startswith("fraud_scoring_decisions_total{")]
-    assert sum(int(line.rsplit(" ", 1)[1]) for line in decisions) == 5
-    assert all(f'version="{champion}"' in line for line in decisions)
-    assert 'fraud_scoring_rate_window_payments{window="300s"} 5' in lines
+    text = metrics.text
+    assert value(text, "fraud_scoring_http_requests_total", path="/score", method="POST", status="200") == 5
+    assert value(text, "fraud_scoring_http_requests_total", path="/score", method="POST", status="400") == 1
+    assert value(text, "fraud_scoring_http_request_duration_seconds_count", path="/score") == 6
+    assert value(text, "fraud_scoring_model_version", role="champion") == champion
+    assert value(text, "fraud_scoring_model_loads_total", role="champion", result="success") == 1
+    assert value(text, "fraud_scoring_rules_refreshes_total", result="failure") == 0
+    decisions = {labels: n for (name, labels), n in samples(text).items() if name == "fraud_scoring_decisions_total"}
+    assert sum(decisions.values()) == 5
+    assert all(("version", str(champion)) in labels for labels in decisions)
+    assert value(text, "fraud_scoring_rate_window_payments", window="300s") == 5
     # The champion ships no operating points: serving.toml's thresholds, no budget, nothing judged.
     assert (health["degraded"], health["review_rate_check"]["state"]) == ([], "not_judged")
     assert health["rates"]["300s"]["payments"] == 5

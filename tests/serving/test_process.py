@@ -44,11 +44,25 @@ def test_a_service_that_exits_is_reported_with_its_log(tmp_path, state_dir):
 
 
 def test_a_server_that_never_answers_times_out_and_stop_ends_it(tmp_path):
-    with ServerProcess(SLEEPER, dict(os.environ), tmp_path / "sleeper.log", port=9) as server:
+    log = tmp_path / "sleeper.log"
+    with ServerProcess(SLEEPER, dict(os.environ), log, port=9) as server:
+        # The child's "up" must be in the log before the 1 s wait starts: on a loaded machine the
+        # interpreter alone can take longer than that to start, and the message must carry the log.
+        assert wait_for(lambda: log.exists() and "up" in log.read_text().split()), "the sleeper never started"
         with pytest.raises(ServiceFailed, match=r"http://127\.0\.0\.1:9/ready was not ready after 1s: see .*\nup"):
             server.wait_until("/ready", timeout_s=1)
         assert server.process.poll() is None
     assert server.process.returncode == -signal.SIGTERM
+
+
+def wait_for(condition, timeout_s: float = 60.0) -> bool:
+    """True once ``condition()`` holds; False after ``timeout_s`` (generous: a loaded 2-core machine)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def test_stop_ends_the_whole_process_group(tmp_path):

@@ -45,7 +45,8 @@ def test_the_shadow_decides_at_its_own_thresholds(models, review, block, disagre
     assert (status["shadow_scored"], status["shadow_disagreed"]) == (ROWS, disagreed)
 
 
-def wait_for(condition, timeout_s: float = 5.0) -> bool:
+def wait_for(condition, timeout_s: float = 60.0) -> bool:
+    """True as soon as ``condition()`` holds; the bound is generous (a loaded 2-core machine), never a pace."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if condition():
@@ -62,8 +63,8 @@ def test_an_idle_publisher_parks_and_the_next_decision_wakes_it():
     try:
         assert wait_for(lambda: publisher._parked), "an empty queue should park the thread, not poll it forever"
         publisher.submit(champion_events()[0], ())
-        assert wait_for(lambda: publisher.status()["pending"] == 0, timeout_s=1.0), "a parked thread missed a decision"
+        assert wait_for(lambda: publisher.status()["pending"] == 0), "a parked thread missed a decision"
         assert wait_for(lambda: publisher._parked), "the thread should park again once the queue is empty"
     finally:
-        publisher.stop(timeout_s=2.0)
+        publisher.stop(timeout_s=60.0)
     assert not publisher._thread.is_alive(), "stop() must wake a parked thread"

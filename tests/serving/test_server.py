@@ -19,6 +19,7 @@ from pipeline.registry.store import CHAMPION
 from pipeline.serving.server import uvicorn_config
 from tests.serving import factory
 from tests.serving.conftest import app_of, event
+from tests.serving.scrape import value
 
 pytestmark = pytest.mark.slow
 
@@ -117,7 +118,7 @@ def test_a_failed_load_and_a_rollback_under_load(serving_config, make_service, c
         with httpx.Client(base_url=url) as http:
             load.wait_until(lambda: (http.get("/health").json()["model"]["last_error"] or {}).get("version") == broken)
             metrics = http.get("/metrics").text
-            assert 'fraud_scoring_model_load_error{role="champion"} 1' in metrics.splitlines()
+            assert value(metrics, "fraud_scoring_model_load_error", role="champion") == 1
             served = len(load.statuses)
             load.wait_until(lambda: len(load.statuses) >= served + 30)
             assert all(v[-1] == new for v in load.versions)  # the failed version never served

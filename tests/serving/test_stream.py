@@ -23,13 +23,14 @@ from pipeline.kafka.reader import read_topic
 from pipeline.registry.store import CHALLENGER
 from pipeline.serving.config import ScoresConfig, ServingConfig, StreamConfig
 from pipeline.serving.features import FeatureStore, PaymentTimeRules, payment_from_event
-from pipeline.serving.prometheus import render
+from pipeline.serving.prometheus import render, service_registry
 from pipeline.serving.score_event import ScoreEvent
 from pipeline.serving.stream import EventFeed
 from pipeline.serving.telemetry import stream_families
 from tests.ingest.kafka_helpers import event_bytes, produce
 from tests.serving import factory
 from tests.serving.conftest import FakeClock, app_of, event
+from tests.serving.scrape import samples, value
 
 pytestmark = pytest.mark.broker
 
@@ -151,13 +152,16 @@ def test_positions_beyond_the_end_degrade_health_until_the_topic_reaches_them(
         assert "--allow-data-loss" in reason and f"waits until {topic}[0] reaches offset 40" in reason
         assert health["stream"]["positions"][f"{topic}[0]"] == 40 and health["stream"]["consumed"] == {}
         metrics = http.get("/metrics").text
-        assert (f'fraud_scoring_stream_out_of_range{{topic="{topic}",partition="0",position="40",earliest="0",'
-                f'end="25",policy="wait",detail="{topic}[0]: the committed offset 40 is beyond the end 25') in metrics
-        assert "fraud_scoring_stream_degraded 1" in metrics
+        [gap] = [dict(labels) for (name, labels), n in samples(metrics).items()
+                 if name == "fraud_scoring_stream_out_of_range" and n == 1]
+        assert {k: gap[k] for k in ("topic", "partition", "position", "earliest", "end", "policy")} == {
+            "topic": topic, "partition": "0", "position": "40", "earliest": "0", "end": "25", "policy": "wait"}
+        assert gap["detail"].startswith(f"{topic}[0]: the committed offset 40 is beyond the end 25")
+        assert value(metrics, "fraud_scoring_stream_degraded") == 1
         produce_rows(kafka_config, topic, rows[25:])  # the end reaches 45: offsets 40..44 are the feed's
         wait_for(lambda: http.get("/health").json()["stream"]["consumed"].get(topic) == 5)
         wait_for(lambda: http.get("/health").json()["status"] == "ok")
-        assert "fraud_scoring_stream_degraded 0" in http.get("/metrics").text
+        assert value(http.get("/metrics").text, "fraud_scoring_stream_degraded") == 0
 
 
 def test_earliest_resumes_a_topic_recreated_under_the_feed_and_records_the_jump(
@@ -179,9 +183,9 @@ def test_earliest_resumes_a_topic_recreated_under_the_feed_and_records_the_jump(
         topic, 0, 30, 0, 0)
     assert "the committed offset 30 is beyond the end" in reset["detail"]  # 0 or 10: when the probe ran
     assert stream["positions"][f"{topic}[0]"] == 10
-    assert f'fraud_scoring_stream_offset_resets_total{{topic="{topic}",partition="0"}} 1' in metrics
-    assert (f'fraud_scoring_stream_last_offset_reset_timestamp_seconds{{topic="{topic}",partition="0",'
-            'from_offset="30",to_offset="0"}') in metrics
+    assert value(metrics, "fraud_scoring_stream_offset_resets_total", topic=topic, partition="0") == 1
+    assert value(metrics, "fraud_scoring_stream_last_offset_reset_timestamp_seconds", topic=topic, partition="0",
+                 from_offset="30", to_offset="0") > 0
     assert f"moved {topic}[0] from offset 30 to the earliest offset 0" in caplog.text
 
 
@@ -219,7 +223,8 @@ def test_a_feed_that_stops_while_its_topic_grows_is_degraded_until_it_moves(kafk
         feed.check_offsets()
         [reason] = feed.status()["degraded"]
         assert f"{topic}[0] has stayed at offset 10 for 61s while its end grew from 10 to 30 (lag 20)" in reason
-        assert f'fraud_scoring_stream_stalled{{topic="{topic}",partition="0"}} 1' in render(stream_families(feed))
+        stalled = render(service_registry(lambda: stream_families(feed)))
+        assert value(stalled, "fraud_scoring_stream_stalled", topic=topic, partition="0") == 1
         features.gate.set()
         wait_for(lambda: feed.consumed[topic] == 30)
         assert feed.status()["degraded"] == []
