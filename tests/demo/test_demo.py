@@ -24,14 +24,14 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.dataset as pads
 import pytest
-from mlflow import MlflowClient
 
 from pipeline.demo.live_days import load_live_days
 from pipeline.demo.nights import load_demo_config, load_played, plan_nights, simulate_night
 from pipeline.demo.serving import LIVE_PAYMENTS, STOPPING
 from pipeline.ingest.config import load_ingest_config
 from pipeline.nightly.records import NightLedger, NightReport
-from pipeline.registry.config import load_registry_config, resolved_tracking_uri
+from pipeline.registry.config import load_registry_config
+from pipeline.registry.store import connect
 from pipeline.serving.score_event import ScoreEvent
 from pipeline.simulation import GENUINE, load_simulation_config
 
@@ -96,7 +96,7 @@ def _check_live_day(state_dir: Path, night: int, champion: int, promoted_tonight
     low, high = record.holdout_recall_ci
     assert 0.0 <= low <= record.holdout_recall_at_budget <= high <= 1.0 and high - low > 0.01
     if promoted_tonight:
-        client = MlflowClient(tracking_uri=resolved_tracking_uri(load_registry_config("dev")))
+        client = connect(load_registry_config("dev"))  # tracking and registry URIs both: an earlier test may have set either
         tags = client.get_model_version(load_registry_config("dev").model_name, str(champion)).tags
         assert record.review_budget == pytest.approx(float(tags["gate.review_budget"]))
         assert [record.holdout_recall_at_budget, low, high] == pytest.approx(
