@@ -100,8 +100,7 @@ class ReviewThresholdTracker:
 
     def observe(self, scores: np.ndarray) -> None:
         """Add a batch of live scores (non-finite ones are skipped: they are never flagged)."""
-        s = np.asarray(scores, dtype=np.float64).ravel()
-        s = s[np.isfinite(s)][-self.config.window:]
+        s = self._usable(scores)
         if s.size == 0:
             return
         with self._lock:
@@ -115,8 +114,7 @@ class ReviewThresholdTracker:
         """Start from the version's scores on the payments the service saw just before it went live
         (:mod:`pipeline.serving.recent_traffic`): the window is filled as if it had decided them, and
         the quantile is taken at once when they reach ``min_scores``. Once per version, before it decides."""
-        s = np.asarray(scores, dtype=np.float64).ravel()
-        s = s[np.isfinite(s)][-self.config.window:]
+        s = self._usable(scores)
         if s.size == 0:
             return
         with self._lock:
@@ -124,6 +122,11 @@ class ReviewThresholdTracker:
             self._primed += s.size
             if self._filled >= self.config.min_scores:
                 self._refresh()
+
+    def _usable(self, scores: np.ndarray) -> np.ndarray:
+        """The finite scores of a batch (a NaN is never flagged), at most the window's newest."""
+        s = np.asarray(scores, dtype=np.float64).ravel()
+        return s[np.isfinite(s)][-self.config.window:]
 
     @property
     def primed(self) -> int:
