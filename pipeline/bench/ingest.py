@@ -273,7 +273,8 @@ def _history_index(root: Path, nights: int, night_rows: int) -> IdIndex:
         for night in range(first, last + 1):
             ids = transaction_id_hashes(_night_ids(night, night_rows))
             n = len(ids)
-            parts.append(Entries(ids, ids ^ np.uint64(0x5A5A), np.full(n, night, np.int32), np.full(n, night, np.int32)))
+            parts.append(Entries(ids, ids["h1"] ^ np.uint64(0x5A5A), np.full(n, night, np.int32),
+                                 np.full(n, night, np.int32)))
         live = IdIndex(root, live).with_segment(segment, Entries.concat(parts))
     return IdIndex(root, live)
 
@@ -304,7 +305,7 @@ def _time_id_check(tmp: Path, night_rows: int, repeats: int = 5) -> dict:
             started = time.perf_counter()
             ids = transaction_id_hashes(night["transaction_id"])
             stored = index.lookup(ids)
-            copies = classify_copies(night, Kind.TRANSACTION, ids, ids ^ np.uint64(0x5A5A), stored)
+            copies = classify_copies(night, Kind.TRANSACTION, ids["h1"] ^ np.uint64(0x5A5A), stored)
             seconds.append(time.perf_counter() - started)
         assert copies.count(DUPLICATE) == int(night_rows * RESEND_SHARE), copies.count(DUPLICATE)
         out["id_check_s"][str(nights)] = round(statistics.median(seconds), 4)

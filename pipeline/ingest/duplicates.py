@@ -58,9 +58,10 @@ class Copies:
         return int((hit & mask).sum() if mask is not None else hit.sum())
 
 
-def classify_copies(rows: pa.Table, kind: Kind, ids: np.ndarray, contents: np.ndarray, stored: Matches) -> Copies:
+def classify_copies(rows: pa.Table, kind: Kind, contents: np.ndarray, stored: Matches) -> Copies:
     """Classify ``rows`` (identity columns, ``kafka_timestamp``, ``partition``, ``offset``) of one
-    run, with their identity and content hashes and the identity index's ``stored`` matches."""
+    run, with their content hashes and the identity index's ``stored`` matches. Copies within the
+    run are found on the identity columns themselves, not on hashes."""
     n = rows.num_rows
     outcome = np.zeros(n, np.int8)
     first_row = np.full(n, -1, np.int64)

@@ -5,11 +5,18 @@ Layout under ``<raw>/_index/<table>/``::
 
     <first>-<last>/bucket-XX.npy   # one segment: the runs with ordinals first..last, 16 buckets
 
-A bucket holds the entries whose identity hash has those top 4 bits, as one ``(3, n)`` uint64
-array sorted on row 0: identity hash, content hash, ``partition date (days) << 32 | run ordinal``
-(the ordinal is the run's position in the commit log's run list, which only appends). A lookup
-memory-maps each bucket and binary-searches the run's sorted hashes: it touches O(new ids x log
-history) pages, never reads a segment whole.
+A bucket holds the entries whose identity hash (:data:`pipeline.ingest.identity.IDENTITY`, 128
+bits) has those top 4 bits in ``h1``, as one ``(4, n)`` uint64 array sorted on rows 0 and 1: the
+identity's ``h1`` and ``h2``, content hash, ``partition date (days) << 32 | run ordinal`` (the
+ordinal is the run's position in the commit log's run list, which only appends). A lookup
+memory-maps each bucket and binary-searches the run's sorted ``h1``, then compares ``h2``: it
+touches O(new ids x log history) pages, never reads a segment whole.
+
+Format: :data:`INDEX_FORMAT`, recorded beside the live segments in the commit log. Version 1 kept
+64-bit identities in ``(3, n)`` buckets (and other hash functions); the commit log drops an index of
+another format when it is loaded (:class:`pipeline.ingest.offsets.OffsetStore`), so the store gets
+a new one built from its committed files like a store that predates the index, and a bucket of
+another shape raises :class:`IndexFormatError` rather than being misread.
 
 Segments merge like a binary counter: each commit adds one segment for its run, then the two
 newest merge while they cover the same number of runs and the merge stays under
@@ -33,26 +40,33 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.atomic import fsync_path, publish_dir
+from pipeline.ingest.identity import IDENTITY
 
 BUCKET_BITS = 4
 BUCKETS = 1 << BUCKET_BITS
 MAX_SEGMENT_ENTRIES = 64_000_000  # ~1.5 GB a segment: beyond that, merging costs more than it saves
 INDEX_DIR = "_index"
 EPOCH = date(1970, 1, 1)  # day 0 of Entries.days
+INDEX_FORMAT = 2  # 128-bit identities (4 rows a bucket); 1 (unmarked in the commit log): 64-bit, 3 rows
+_ROWS = 4  # h1, h2, content, locator
+
+
+class IndexFormatError(RuntimeError):
+    """A bucket on disk is not of :data:`INDEX_FORMAT` (a store written by another version)."""
 
 
 @dataclass(frozen=True)
 class Entries:
     """Index entries (parallel arrays): identity hash, content hash, partition date, run ordinal."""
 
-    ids: np.ndarray  # uint64
+    ids: np.ndarray  # IDENTITY (128 bits)
     contents: np.ndarray  # uint64
     days: np.ndarray  # int32, days since 1970-01-01
     runs: np.ndarray  # int32, position in the commit log's runs
 
     @staticmethod
     def empty() -> Entries:
-        return Entries(np.zeros(0, np.uint64), np.zeros(0, np.uint64), np.zeros(0, np.int32), np.zeros(0, np.int32))
+        return Entries(np.zeros(0, IDENTITY), np.zeros(0, np.uint64), np.zeros(0, np.int32), np.zeros(0, np.int32))
 
     @staticmethod
     def concat(parts: list[Entries]) -> Entries:
@@ -106,14 +120,39 @@ def counter_layout(runs: int) -> list[str]:
 
 
 def _pack(e: Entries) -> np.ndarray:
+    """The entries as bucket rows, sorted on ``h1`` then ``h2``."""
     locator = (e.days.astype(np.int64).astype(np.uint64) << np.uint64(32)) | e.runs.astype(np.uint64)
-    return np.stack([e.ids, e.contents, locator])
+    packed = np.stack([e.ids["h1"], e.ids["h2"], e.contents, locator])
+    return packed[:, np.lexsort((packed[1], packed[0]))]
 
 
 def _unpack(packed: np.ndarray) -> Entries:
-    locator = packed[2]
-    return Entries(packed[0], packed[1], (locator >> np.uint64(32)).astype(np.int64).astype(np.int32),
+    ids = np.empty(packed.shape[1], IDENTITY)
+    ids["h1"], ids["h2"] = packed[0], packed[1]
+    locator = packed[3]
+    return Entries(ids, packed[2], (locator >> np.uint64(32)).astype(np.int64).astype(np.int32),
                    (locator & np.uint64(0xFFFFFFFF)).astype(np.int32))
+
+
+def _find(stored: np.ndarray, h1: np.ndarray, h2: np.ndarray) -> np.ndarray:
+    """Column of each ``(h1, h2)`` (``h1`` sorted) in one bucket's sorted rows, or -1. Entries
+    sharing an ``h1`` (a 64-bit collision: about one in a store's lifetime) sit side by side; the
+    loop steps through them and runs once more only while such a run is still open."""
+    m = stored.shape[1]
+    where = np.full(len(h1), -1, np.int64)
+    if m == 0:
+        return where
+    at = np.searchsorted(stored[0], h1)
+    open_rows = np.flatnonzero(at < m)
+    while len(open_rows):
+        col = at[open_rows]
+        same_h1 = stored[0][col] == h1[open_rows]
+        same = same_h1 & (stored[1][col] == h2[open_rows])
+        where[open_rows[same]] = col[same]
+        open_rows = open_rows[same_h1 & ~same]
+        at[open_rows] += 1
+        open_rows = open_rows[at[open_rows] < m]
+    return where
 
 
 def _bucket_of(ids: np.ndarray) -> np.ndarray:
@@ -134,30 +173,35 @@ class IdIndex:
     def _load(self, segment: str, bucket: int) -> np.ndarray:
         key = (segment, bucket)
         if key not in self._mapped:
-            self._mapped[key] = np.load(self._bucket_path(segment, bucket), mmap_mode="r")
+            path = self._bucket_path(segment, bucket)
+            bucket_rows = np.load(path, mmap_mode="r")
+            if bucket_rows.ndim != 2 or bucket_rows.shape[0] != _ROWS or bucket_rows.dtype != np.uint64:
+                raise IndexFormatError(
+                    f"{path} has shape {bucket_rows.shape}, not an identity-index bucket of format {INDEX_FORMAT} "
+                    f"({_ROWS} uint64 rows): the index was written by another version. Delete the raw store's "
+                    f"{INDEX_DIR}/ directory and the 'index' entry of its _state/offsets.json; the next ingest "
+                    f"rebuilds the index from the committed files")
+            self._mapped[key] = bucket_rows
         return self._mapped[key]
 
     def lookup(self, ids: np.ndarray) -> Matches:
-        """Which of ``ids`` (uint64 identity hashes) the live segments hold, and their entries."""
+        """Which of ``ids`` (:data:`IDENTITY` hashes) the live segments hold, and their entries."""
         n = len(ids)
         found = np.zeros(n, bool)
         contents, days, runs = np.zeros(n, np.uint64), np.zeros(n, np.int32), np.zeros(n, np.int32)
         if n == 0 or not self.segments:
             return Matches(found, contents, days, runs)
-        order = np.argsort(ids, kind="stable")
-        sorted_ids = ids[order]
-        bounds = np.searchsorted(_bucket_of(sorted_ids), np.arange(BUCKETS + 1))
+        order = np.argsort(ids["h1"], kind="stable")
+        sorted_h1, sorted_h2 = ids["h1"][order], ids["h2"][order]
+        bounds = np.searchsorted(_bucket_of(sorted_h1), np.arange(BUCKETS + 1))
         for bucket in range(BUCKETS):
             lo, hi = bounds[bucket], bounds[bucket + 1]
             if lo == hi:
                 continue
-            wanted = sorted_ids[lo:hi]
             for segment in self.segments:
                 stored = self._load(segment, bucket)
-                if stored.shape[1] == 0:
-                    continue
-                at = np.minimum(np.searchsorted(stored[0], wanted), stored.shape[1] - 1)
-                hit = (stored[0][at] == wanted) & ~found[order[lo:hi]]
+                at = _find(stored, sorted_h1[lo:hi], sorted_h2[lo:hi])
+                hit = (at >= 0) & ~found[order[lo:hi]]
                 rows = order[lo:hi][hit]
                 entry = _unpack(np.asarray(stored[:, at[hit]]))
                 found[rows], contents[rows], days[rows], runs[rows] = True, entry.contents, entry.days, entry.runs
@@ -171,7 +215,6 @@ class IdIndex:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         packed = _pack(entries)
-        packed = packed[:, np.argsort(packed[0], kind="stable")]
         bounds = np.searchsorted(_bucket_of(packed[0]), np.arange(BUCKETS + 1))
         for bucket in range(BUCKETS):
             path = tmp / f"bucket-{bucket:02d}.npy"

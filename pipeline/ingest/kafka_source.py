@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import importlib
+import itertools
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -151,7 +152,8 @@ def read_range(client: dict, r: OffsetRange, fetch_batch: int, stall_timeout_s: 
 def _batch(r: OffsetRange, offsets: list, stamps: list[tuple[int, int]], keys: list, values: list) -> pa.RecordBatch:
     """``stamps``: librdkafka's ``(type, ms)`` per record; no timestamp (type 0, or ms < 0) is null."""
     n = len(offsets)
-    typed_ms = np.array(stamps, dtype=np.int64).reshape(n, 2)  # per-record Python work ends here
+    # Flattened, not np.array(stamps): converting a list of tuples costs about 3x more per record.
+    typed_ms = np.fromiter(itertools.chain.from_iterable(stamps), np.int64, 2 * n).reshape(n, 2)
     missing = (typed_ms[:, 0] == 0) | (typed_ms[:, 1] < 0)
     return pa.RecordBatch.from_arrays([
         pa.repeat(r.topic, n),

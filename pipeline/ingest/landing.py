@@ -127,7 +127,8 @@ def _quarantine_rows(table: pa.Table, kind: Kind, hashes: RowHashes, quarantine_
     # (pipeline.ingest.duplicates).
     typed = pc.is_in(refused_rows[REASON], pa.array(EVENT_REASONS)).to_numpy(zero_copy_only=False)
     events = rows[typed]
-    kept = {"id_hash": hashes.identities(events), "content_hash": hashes.contents(events)}
+    # id_hash: the identity's first 64 bits (enough to find the row; the index holds all 128).
+    kept = {"id_hash": hashes.identities(events)["h1"], "content_hash": hashes.contents(events)}
     columns = {"kind": pa.repeat(kind.value, len(rows)), "kafka_timestamp": refused_rows["timestamp"]}
     for name, values in kept.items():
         full = np.zeros(len(rows), np.uint64)

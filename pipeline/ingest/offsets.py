@@ -7,7 +7,10 @@ without the store. :class:`OffsetStore` replaces the file atomically (write temp
 commit intact and the next run re-reads exactly the uncommitted range.
 
 The file also lists the committed run ids: raw files of any other run are invisible to readers
-(see :mod:`pipeline.ingest.raw_layout`).
+(see :mod:`pipeline.ingest.raw_layout`), and the live identity-index segments with their format
+(``index_format``): an index of another format (or none marked, format 1) loads as no index, so the
+store gets one built from its committed files (:mod:`pipeline.ingest.index_build`) and its old
+segments, then unlisted, are deleted (``RawStore.discard_uncommitted``).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.atomic import write_json_atomic
+from pipeline.ingest.id_index import INDEX_FORMAT
 
 
 class OffsetGapError(RuntimeError):
@@ -93,7 +97,8 @@ class StoreCommit:
     runs: tuple[str, ...]
     watermarks: dict[str, dict[int, int]] = field(default_factory=dict)  # latest accepted event time (us)
     # Live identity-index segments per raw table (see pipeline.ingest.id_index); None: a store
-    # committed before the index existed, whose index is built on first use.
+    # committed before the index existed, or with an index of another format, whose index is built
+    # on first use.
     index: dict[str, list[str]] | None = None
 
     def consumed_ranges(self) -> dict[str, dict[str, list[int]]]:
@@ -112,8 +117,9 @@ class OffsetStore:
         if not self.path.is_file():
             return StoreCommit({}, {}, ())
         d = json.loads(self.path.read_text())
+        index = d.get("index") if d.get("index_format", 1) == INDEX_FORMAT else None
         return StoreCommit(_from_json(d["offsets"]), _from_json(d["first_offsets"]), tuple(d["runs"]),
-                           _from_json(d.get("watermarks", {})), d.get("index"))
+                           _from_json(d.get("watermarks", {})), index)
 
     def commit(self, run_id: str, plans: list[OffsetPlan], watermarks: dict[str, dict[int, int]] | None = None,
                index: dict[str, list[str]] | None = None) -> StoreCommit:
@@ -144,7 +150,8 @@ class OffsetStore:
     def _write(self, new: StoreCommit) -> StoreCommit:
         write_json_atomic(self.path, {"offsets": _to_json(new.offsets), "first_offsets": _to_json(new.first_offsets),
                                        "watermarks": _to_json(new.watermarks), "runs": list(new.runs),
-                                       **({"index": new.index} if new.index is not None else {})})
+                                       **({"index": new.index, "index_format": INDEX_FORMAT}
+                                          if new.index is not None else {})})
         return new
 
 

@@ -41,7 +41,7 @@ from pipeline.ingest.duplicates import (
     run_copy_details,
 )
 from pipeline.ingest.id_index import Entries, Matches
-from pipeline.ingest.identity import IDENTITY_BY_KIND, content_hashes, from_int64, identity_hashes
+from pipeline.ingest.identity import IDENTITY, IDENTITY_BY_KIND, content_hashes, from_int64, identity_hashes
 from pipeline.ingest.raw_layout import (
     PAYLOAD,
     QUARANTINE,
@@ -91,7 +91,7 @@ def _as_quarantine(rows: pa.Table, kind: Kind, reasons: np.ndarray, details: lis
     n = rows.num_rows
     columns = {"kind": pa.repeat(kind.value, n), "value": rows[PAYLOAD].cast(pa.binary()),
                REASON: pa.array(reasons, pa.string()), FIELD: pa.repeat(IDENTITY_BY_KIND[kind][0], n),
-               DETAIL: pa.array(details, pa.string()), "id_hash": pa.array(ids.view(np.int64)),
+               DETAIL: pa.array(details, pa.string()), "id_hash": pa.array(ids["h1"].view(np.int64)),
                "content_hash": pa.array(contents.view(np.int64))}
     schema = quarantine_arrow_schema()
     return pa.table([columns[f.name] if f.name in columns else rows[f.name] for f in schema], schema=schema)
@@ -117,25 +117,24 @@ def settle_copies(store: RawStore, kind: Kind, run_id: str, run_ordinal: int, qu
     raw_paths, quarantine_paths = store.run_files(run_id, kind)
     raw = _read(raw_paths, [*fields, ARRIVAL, *POSITION], late_only=False)
     # Only screened kinds have late rows; their identity (transaction_id) is a quarantine column.
-    late = _read(quarantine_paths, [*identity, "id_hash", "content_hash", ARRIVAL, *POSITION],
+    late = _read(quarantine_paths, [*identity, "content_hash", ARRIVAL, *POSITION],
                  late_only=True) if kind in LATENESS_SCREENED else _Source(None, [])
     # One frame: the valid rows first, then the late ones (a night of old resends has only late rows).
     n_raw = raw.rows.num_rows if raw.rows is not None else 0
-    frames, ids, contents = [], [], []
+    frames, contents = [], []
+    ids = identity_hashes(raw.rows, kind) if n_raw else np.zeros(0, IDENTITY)  # valid rows' (late: never indexed)
     if n_raw:
         frames.append(raw.rows.select([*identity, ARRIVAL, *POSITION]))
-        ids.append(identity_hashes(raw.rows, kind))
         contents.append(content_hashes(raw.rows, kind))
     if late.rows is not None and late.rows.num_rows:
         late_rows = late.rows.select([*identity, ARRIVAL, *POSITION])
         frames.append(late_rows.cast(frames[0].schema) if frames else late_rows)
-        ids.append(from_int64(late.rows["id_hash"]))
         contents.append(from_int64(late.rows["content_hash"]))
     if not frames:
         return RunCopies.none()
-    rows, ids, contents = pa.concat_tables(frames), np.concatenate(ids), np.concatenate(contents)
+    rows, contents = pa.concat_tables(frames), np.concatenate(contents)
     # The read tasks refused copies of stored events: what is left can only copy this run's own.
-    copies = classify_copies(rows, kind, ids, contents, Matches.none(len(ids)))
+    copies = classify_copies(rows, kind, contents, Matches.none(len(contents)))
     details = _details(rows, n_raw, copies)
     reasons = np.where(copies.outcome == DUPLICATE, RejectReason.DUPLICATE.value,
                        RejectReason.CONFLICTING_DUPLICATE.value).astype(object)
@@ -161,7 +160,7 @@ def settle_copies(store: RawStore, kind: Kind, run_id: str, run_ordinal: int, qu
         if (copies.outcome[span] != KEEP).any():
             _remark_late(path, kind, copies.outcome[span], reasons[span], as_row[span], details[span])
 
-    is_raw = np.arange(len(ids)) < n_raw
+    is_raw = np.arange(len(contents)) < n_raw
     kept = np.flatnonzero(is_raw & (copies.outcome == KEEP))
     days = (pc.cast(raw.rows[TIME_FIELD_BY_KIND[kind]], pa.date32()).cast(pa.int32()).to_numpy(zero_copy_only=False)
             if n_raw else np.zeros(0, np.int32))

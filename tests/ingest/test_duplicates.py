@@ -27,15 +27,9 @@ def nothing_stored(n: int) -> Matches:
     return Matches(np.zeros(n, bool), np.zeros(n, np.uint64), np.zeros(n, np.int32), np.zeros(n, np.int32))
 
 
-def ids_of(table: pa.Table) -> np.ndarray:
-    """Distinct small integers per id: the tests pick hashes by hand."""
-    names = table["transaction_id"].to_pylist()
-    return np.array([sorted(set(names)).index(n) + 1 for n in names], np.uint64)
-
-
 def classify(table: pa.Table, contents: list[int], stored: Matches | None = None, kind=Kind.TRANSACTION):
     n = table.num_rows
-    return classify_copies(table, kind, ids_of(table), np.array(contents, np.uint64), stored or nothing_stored(n))
+    return classify_copies(table, kind, np.array(contents, np.uint64), stored or nothing_stored(n))
 
 
 def test_unique_identities_are_kept():
@@ -82,9 +76,8 @@ def test_label_identity_includes_verdict_and_report_time():
         "kafka_timestamp": pa.array([1, 2, 3, 4], pa.int64()).cast(TS),
         "partition": pa.array([0] * 4, pa.int32()), "offset": pa.array([0, 1, 2, 3], pa.int64()),
     })
-    ids = np.array([1, 2, 1, 3], np.uint64)  # the label identity hashes: (t1, fraud, 100) twice
     stored = Matches(np.array([False, False, False, True]), np.array([0, 0, 0, 5], np.uint64),
                      np.zeros(4, np.int32), np.zeros(4, np.int32))
-    copies = classify_copies(table, Kind.LABEL, ids, np.array([1, 2, 1, 5], np.uint64), stored)
+    copies = classify_copies(table, Kind.LABEL, np.array([1, 2, 1, 5], np.uint64), stored)
     # t1 fraud then cleared: two reports, both kept; the repeated fraud report is a duplicate.
     assert copies.outcome.tolist() == [KEEP, KEEP, DUPLICATE, DUPLICATE]

@@ -1,21 +1,33 @@
-"""The identity index: look-ups find exactly what was committed, merges keep every entry, and a
-segment the commit log does not list is invisible and cleaned up."""
+"""The identity index: look-ups find exactly what was committed (all 128 bits of it), merges keep
+every entry, a segment the commit log does not list is invisible and cleaned up, and a bucket of
+the old 64-bit format is refused, never misread."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from pipeline.ingest.id_index import Entries, IdIndex, counter_layout, segment_span
+from pipeline.ingest.id_index import Entries, IdIndex, IndexFormatError, counter_layout, segment_span
+from pipeline.ingest.identity import IDENTITY
+
+
+def identities(h1, h2=None) -> np.ndarray:
+    """128-bit identities from their halves (``h2`` defaults to a function of ``h1``)."""
+    h1 = np.asarray(h1, np.uint64)
+    out = np.empty(len(h1), IDENTITY)
+    out["h1"], out["h2"] = h1, (h1 * np.uint64(7) + np.uint64(1)) if h2 is None else np.asarray(h2, np.uint64)
+    return out
 
 
 def entries(ids, run: int, day: int = 20_000) -> Entries:
-    ids = np.asarray(ids, np.uint64)
-    return Entries(ids, ids * np.uint64(3), np.full(len(ids), day, np.int32), np.full(len(ids), run, np.int32))
+    ids = ids if isinstance(ids, np.ndarray) and ids.dtype == IDENTITY else identities(ids)
+    return Entries(ids, ids["h1"] * np.uint64(3), np.full(len(ids), day, np.int32), np.full(len(ids), run, np.int32))
 
 
 def spread(n: int, seed: int) -> np.ndarray:
-    """Hashes over the whole 64-bit range (every bucket)."""
-    return np.random.default_rng(seed).integers(0, 2**64 - 1, n, dtype=np.uint64, endpoint=True)
+    """Identities over the whole 128-bit range (every bucket)."""
+    rng = np.random.default_rng(seed)
+    return identities(*(rng.integers(0, 2**64 - 1, n, dtype=np.uint64, endpoint=True) for _ in range(2)))
 
 
 def test_lookup_finds_stored_hashes_with_their_entry_and_nothing_else(tmp_path):
@@ -25,12 +37,12 @@ def test_lookup_finds_stored_hashes_with_their_entry_and_nothing_else(tmp_path):
     m = index.lookup(wanted)
     n_stored = len(stored[::7])
     assert m.found[:n_stored].all() and not m.found[n_stored:n_stored + 1_000].any() and m.found[-3:].all()
-    assert (m.contents[m.found] == wanted[m.found] * np.uint64(3)).all()
+    assert (m.contents[m.found] == wanted["h1"][m.found] * np.uint64(3)).all()
     assert set(m.days[m.found].tolist()) == {20_111} and set(m.runs[m.found].tolist()) == {0}
 
 
 def test_negative_days_and_large_run_ordinals_round_trip(tmp_path):
-    e = Entries(np.array([5, 2**63 + 5], np.uint64), np.array([1, 2], np.uint64),
+    e = Entries(identities([5, 2**63 + 5]), np.array([1, 2], np.uint64),
                 np.array([-3, 40_000], np.int32), np.array([0, 2**31 - 1], np.int32))
     m = IdIndex(tmp_path, IdIndex(tmp_path, []).with_segment("000000-000000", e)).lookup(e.ids)
     assert m.days.tolist() == [-3, 40_000] and m.runs.tolist() == [0, 2**31 - 1]
@@ -67,12 +79,33 @@ def test_unlisted_segments_are_invisible_and_discarded(tmp_path):
     assert uncommitted == ["000000-000001"]  # its own segment merged with the committed one
     on_disk = {p.name for p in tmp_path.iterdir()}
     index = IdIndex(tmp_path, committed)
-    assert index.lookup(np.array([10, 12], np.uint64)).found.tolist() == [True, False]
+    assert index.lookup(identities([10, 12])).found.tolist() == [True, False]
     removed = index.discard_unlisted()
     assert {p.name for p in removed} == on_disk - set(committed) == {"000000-000001", "000001-000001"}
     assert sorted(p.name for p in tmp_path.iterdir()) == committed
-    assert index.lookup(np.array([10, 11], np.uint64)).found.all()
+    assert index.lookup(identities([10, 11])).found.all()
 
 
 def test_an_empty_index_finds_nothing(tmp_path):
-    assert not IdIndex(tmp_path / "none", []).lookup(np.array([1, 2], np.uint64)).found.any()
+    assert not IdIndex(tmp_path / "none", []).lookup(identities([1, 2])).found.any()
+
+
+def test_identities_sharing_their_first_64_bits_are_told_apart(tmp_path):
+    # A 64-bit collision: three stored events with one h1 (side by side in their bucket, in one
+    # segment and across two), and a new event with that h1 too. Only full 128-bit matches count.
+    shared = 0xB000_0000_0000_0001
+    first = entries(identities([shared, shared, 5], [30, 10, 1]), run=0, day=20_001)
+    second = entries(identities([shared], [20]), run=1, day=20_002)
+    live = IdIndex(tmp_path, []).with_segment("000000-000000", first)
+    index = IdIndex(tmp_path, IdIndex(tmp_path, live).with_segment("000001-000001", second))
+    m = index.lookup(identities([shared, shared, shared, shared, 5], [10, 20, 30, 40, 1]))
+    assert m.found.tolist() == [True, True, True, False, True]
+    assert m.days.tolist()[:3] == [20_001, 20_002, 20_001] and m.runs.tolist()[:3] == [0, 1, 0]
+
+
+def test_a_bucket_of_the_64_bit_format_is_refused_with_what_to_do(tmp_path):
+    live = IdIndex(tmp_path, []).with_segment("000000-000000", entries([1, 2], 0))
+    for bucket in (tmp_path / live[0]).iterdir():  # as format 1 wrote them: (3, n)
+        np.save(bucket, np.zeros((3, 1), np.uint64))
+    with pytest.raises(IndexFormatError, match="offsets.json.*rebuilds the index"):
+        IdIndex(tmp_path, live).lookup(identities([1]))

@@ -125,3 +125,23 @@ def test_copies_of_stored_events_are_refused_in_the_read_task_valid_or_late(tmp_
     if quarantine_duplicates:
         assert quarantine.loc["t-s", REASON] == "duplicate"
         assert quarantine.loc["t-s", "id_hash"] != 0  # copies stay findable by identity
+
+
+def test_an_event_whose_first_64_identity_bits_match_a_stored_one_is_kept(tmp_path):
+    # A 64-bit identity collision, made by hand: the index holds "t-stored" under the first half of
+    # "t-new"'s identity. With 64-bit identities "t-new" was quarantined as a conflicting duplicate
+    # of "t-stored"; the second half tells them apart.
+    stored_tx, new_tx = tx(transaction_id="t-stored"), tx(transaction_id="t-new")
+    index = stored_index(tmp_path / "_index", [stored_tx], 19_791)
+    held = index.lookup(identity_hashes(classify_batch(records([stored_tx]), Kind.TRANSACTION, None, None),
+                                        Kind.TRANSACTION))
+    assert held.found.all()
+    typed = classify_batch(records([stored_tx, new_tx]), Kind.TRANSACTION, None, None)
+    ids = identity_hashes(typed, Kind.TRANSACTION)
+    ids["h1"][0] = ids["h1"][1]  # "t-stored" entered under "t-new"'s first 64 bits
+    colliding = tmp_path / "_colliding"
+    index = IdIndex(colliding, IdIndex(colliding, []).with_segment("000000-000000", Entries(
+        ids[:1], content_hashes(typed, Kind.TRANSACTION)[:1], np.full(1, 19_791, np.int32), np.zeros(1, np.int32))))
+
+    assert land([new_tx, stored_tx], Kind.TRANSACTION, tmp_path, index) == {"valid": 2}
+    assert table(tmp_path, "transactions")["transaction_id"].to_pylist() == ["t-new", "t-stored"]

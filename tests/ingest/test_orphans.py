@@ -27,7 +27,7 @@ def hashes(ids: list[str]) -> np.ndarray:
 def committed(root: Path, ids: list[str]) -> IdIndex:
     h = hashes(ids)
     n = len(h)
-    return IdIndex(root, IdIndex(root, []).with_run(0, Entries(h, h, np.zeros(n, np.int32), np.zeros(n, np.int32))))
+    return IdIndex(root, IdIndex(root, []).with_run(0, Entries(h, h["h1"], np.zeros(n, np.int32), np.zeros(n, np.int32))))
 
 
 def test_mask_marks_labels_whose_transaction_is_unknown():
