@@ -9,7 +9,9 @@ partitioned tier :class:`PartitionConfig`, the tier's router (``fraudctl route``
 :class:`RouterConfig`. Where the model comes from (registry URI, model name), which Kafka cluster
 and topics, the label delay of the features, the timing bounds and where the raw store lives are
 *not* repeated here: they come from ``registry.toml``, ``kafka.toml`` and ``ingest.toml`` (one
-definition each).
+definition each). Loading checks ``[stream] expiry_margin_hours`` against ingest.toml's lateness bound
+(:func:`expiry_margin_floor_hours`): the service accepts a payment that late, so its state must hold
+that payment's whole history.
 
 Connection settings: ``$FRAUD_SERVING_HOST`` / ``$FRAUD_SERVING_PORT`` (and ``--host`` / ``--port``)
 win over the file, and the admin token is read from ``$FRAUD_SERVING_ADMIN_TOKEN`` so that it never
@@ -25,6 +27,7 @@ from typing import Literal
 from pipeline.config import ConfigError, env_override, load_section
 from pipeline.decisions.prior_tracking import PriorTrackingConfig
 from pipeline.decisions.review_tracking import ReviewTrackingConfig
+from pipeline.ingest.config import RawStoreConfig, load_ingest_config
 from pipeline.paths import resolve_state_path
 
 ADMIN_TOKEN_ENV = "FRAUD_SERVING_ADMIN_TOKEN"
@@ -130,9 +133,10 @@ class StreamConfig:
 
     seed_from_raw_store: bool = True  # replay the raw store's recent history before consuming Kafka
     consume: bool = True  # follow the topics (off: features see only the seed and scored payments)
-    # History is dropped this long behind the latest event seen, so payments that arrive (or are
-    # scored) up to this late still see every earlier payment their windows read.
-    expiry_margin_hours: float = 24.0
+    # History is dropped this long (plus the longest window) behind the latest event seen, so payments
+    # that arrive (or are scored) up to this late still see every earlier payment their windows read.
+    # At least ingest.toml's [raw] max_lateness_days, the latest a payment is accepted (checked on load).
+    expiry_margin_hours: float = RawStoreConfig.max_lateness_days * 24
     expire_interval_s: float = 60.0
     poll_timeout_ms: int = 200  # a consumer poll returns after this when idle (bounds shutdown time)
     # A position before the partition's earliest offset or beyond its end (topic recreated): "wait"
@@ -225,8 +229,21 @@ class ServingConfig:
     partition: PartitionConfig = field(default_factory=PartitionConfig)
 
 
-def validate_serving_config(config: ServingConfig, source: str = "serving.toml") -> ServingConfig:
-    """Reject values that type-check but cannot work, naming the key to fix."""
+def expiry_margin_floor_hours(time_rules: TimeRulesConfig, raw: RawStoreConfig) -> float:
+    """The least ``[stream] expiry_margin_hours`` that keeps the whole history of every payment the
+    service accepts: ingest's ``max_lateness_days`` behind the latest payment seen (what the feed always
+    judges by, and scored payments with ``late_against = "watermark"``), plus ``max_clock_skew_s`` when
+    scored payments are judged against the clock, which the latest payment seen may lead by that much.
+    (``late_against = "off"`` bounds nothing on /score: payments later than this are scored on
+    truncated windows.)"""
+    skew_hours = raw.max_clock_skew_s / 3600 if time_rules.late_against == "clock" else 0.0
+    return raw.max_lateness_days * 24 + skew_hours
+
+
+def validate_serving_config(config: ServingConfig, raw: RawStoreConfig,
+                            source: str = "serving.toml") -> ServingConfig:
+    """Reject values that type-check but cannot work, naming the key to fix. ``raw``: ingest.toml's
+    ``[raw]``, whose timing bounds say how late an accepted payment can be."""
     problems = []
     s, m = config.server, config.model
     for key in ("max_body_bytes", "max_batch_bytes", "max_batch_items", "limit_concurrency"):
@@ -241,6 +258,14 @@ def validate_serving_config(config: ServingConfig, source: str = "serving.toml")
                         "model.explain_min_score in [0, 1]")
     if config.stream.expiry_margin_hours < 0 or config.stream.poll_timeout_ms < 1:
         problems.append("stream.expiry_margin_hours must be >= 0 and stream.poll_timeout_ms >= 1")
+    floor = expiry_margin_floor_hours(config.time_rules, raw)
+    if config.stream.expiry_margin_hours < floor:
+        bound = f"ingest.toml's [raw] max_lateness_days = {raw.max_lateness_days:g}" + (
+            " plus max_clock_skew_s (late_against = 'clock')" if config.time_rules.late_against == "clock" else "")
+        problems.append(f"stream.expiry_margin_hours = {config.stream.expiry_margin_hours:g} is shorter than the "
+                        f"{floor:g} h a payment may be late ({bound}): such payments would be scored with part of "
+                        f"their history expired; set [stream] expiry_margin_hours to at least {floor:g} "
+                        "(or lower the lateness bound)")
     if not (config.stream.watch_interval_s > 0 and config.stream.stall_after_s > 0):
         problems.append(f"stream.watch_interval_s and stream.stall_after_s must be > 0, got "
                         f"{config.stream.watch_interval_s} and {config.stream.stall_after_s}")
@@ -277,5 +302,9 @@ def alerts_problems(a: AlertsConfig) -> list[str]:
 
 
 def load_serving_config(env: str | None = None, path: Path | None = None) -> ServingConfig:
-    """Load and check ``conf/<env>/serving.toml`` (or ``path``)."""
-    return validate_serving_config(load_section(ServingConfig, "serving", env, path), str(path or "serving.toml"))
+    """Load and check ``conf/<env>/serving.toml`` (or ``path``) against the ingest.toml beside it
+    (``conf/<env>/ingest.toml`` when ``path``'s folder has none)."""
+    beside = None if path is None else path.parent / "ingest.toml"
+    ingest = load_ingest_config(env, beside if beside is not None and beside.is_file() else None)
+    return validate_serving_config(load_section(ServingConfig, "serving", env, path), ingest.raw,
+                                   str(path or "serving.toml"))

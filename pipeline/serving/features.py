@@ -17,8 +17,9 @@ every payment, whichever card, still joins its merchant's windows and the paymen
 reports are matched against, so merchant features are those of the whole stream.
 
 Expiry runs against the latest event time seen, less a margin, so that payments arriving that late
-still find every earlier payment their windows read. It takes the lock for slices of at most
-``EXPIRE_SLICE`` keys, so a request never waits for more than one slice.
+still find every earlier payment their windows read: the service's config refuses a margin below the
+lateness its time rules accept (:func:`.config.expiry_margin_floor_hours`). It takes the lock for
+slices of at most ``EXPIRE_SLICE`` keys, so a request never waits for more than one slice.
 
 Scored payments are first judged by ingest's timing rules (:class:`PaymentTimeRules`): one that
 ingest would quarantine as ``late_event`` or ``future_event_time`` raises
@@ -49,6 +50,9 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 US = timedelta(microseconds=1)
 EXPIRE_SLICE = 1000  # keys (cards, merchants, payments) expired per hold of the lock: about a millisecond
 EXPIRE_PAUSE_S = 0.001  # between slices: requests waiting for the lock get it
+# After seeding, the recent traffic gets the latest day's payments (a version's review threshold starts
+# at the budget of the traffic it is about to decide), or the expiry margin's if that is shorter.
+RECENT_SPAN_US = US_PER_DAY
 
 
 def micros(rfc3339: str) -> int:
@@ -135,6 +139,7 @@ class FeatureStore:
         self._wall_clock = wall_clock
         self._state = OnlineFeatureState(params)
         self._lock = threading.Lock()
+        self.expiry_margin_hours = expiry_margin_hours  # history is kept this far behind the latest payment
         self._margin_us = int(expiry_margin_hours * 3600 * 1_000_000)
         self._latest_us: int | None = None  # latest payment event time seen (the stream's clock)
         self.payments_seen = 0
@@ -160,16 +165,19 @@ class FeatureStore:
         return rows
 
     def recent_since_us(self) -> int | None:
-        """The earliest event time whose features the state can still compute whole (the latest less the
-        expiry margin); None when no recent traffic is kept or nothing was seen."""
+        """The earliest event time of the payments the seed puts into the recent traffic: the latest less a
+        day (``RECENT_SPAN_US``) or less the expiry margin if that is shorter, so that the state still
+        computes their features whole; None when no recent traffic is kept or nothing was seen."""
         with self._lock:
-            return None if self.recent is None or self._latest_us is None else self._latest_us - self._margin_us
+            if self.recent is None or self._latest_us is None:
+                return None
+            return self._latest_us - min(self._margin_us, RECENT_SPAN_US)
 
     def remember_recent(self, payments: Sequence[Payment]) -> int:
         """Put the features of already observed ``payments`` (the raw store's, after seeding) into the
-        recent traffic: those of this partition's cards within the expiry margin of the latest event
-        time, whose windows the state still holds whole, the latest ``recent.capacity`` of them. The
-        number of rows added."""
+        recent traffic: those of this partition's cards since :meth:`recent_since_us` (the latest day,
+        whose windows the state holds whole), the latest ``recent.capacity`` of them. The number of rows
+        added."""
         since = self.recent_since_us()
         if since is None:
             return 0

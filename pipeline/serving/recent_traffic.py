@@ -10,10 +10,11 @@ service keeps those features here, and a version's tracker starts from the versi
 (:meth:`pipeline.serving.reloader.ModelReloader`), on a restart and on a hot reload alike.
 
 What enters: the features each scored request was decided on, and, after seeding, those of the raw
-store's payments within the expiry margin of the latest (older ones would read windows the online
-state has already expired, so their features would not be the ones training builds). Only payments
-of this partition's own cards. A fixed-size ring of float64 rows in :data:`FEATURE_COLUMNS` order
-(``capacity`` x 30 x 8 bytes: 12 MB for 50,000), oldest overwritten first.
+store's payments of the latest day (:data:`.features.RECENT_SPAN_US`), or of the expiry margin if that
+is shorter (older ones would read windows the online state has already expired, so their features
+would not be the ones training builds). Only payments of this partition's own cards. A fixed-size
+ring of float64 rows in :data:`FEATURE_COLUMNS` order (``capacity`` x 30 x 8 bytes: 12 MB for
+50,000), oldest overwritten first.
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@
 Each payment is scored as the service scores it (remembered, then its features asked) the moment it
 arrives, and compared with the kernel's row (:func:`pipeline.features.frame.build_feature_frame`)
 over everything that had arrived by then. Streams have ties, same-instant payments of one card,
-late payments (arriving up to the expiry margin behind the stream), reports before their payment,
-an earlier report arriving after a later one, clearing reports, and expiry running in between.
+late payments (up to ingest's 7-day lateness bound behind the stream, which the service's expiry
+margin covers), reports before their payment, an earlier report arriving after a later one,
+clearing reports, and expiry running in between.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from pipeline.features.params import FeatureParams
 
 T0 = 1_767_225_600_000_000  # 2026-01-01T00:00:00Z, microseconds
 H = 3600 * 1_000_000
-MARGIN = 2 * US_PER_DAY  # payments arrive at most this far behind the latest one; expiry keeps it
+# Payments arrive at most this far behind the latest one (ingest.toml's [raw] max_lateness_days, which
+# the service's expiry margin must cover); expiry keeps it.
+MARGIN = 7 * US_PER_DAY
 PARAMS = FeatureParams(label_delay_hours=6, label_match_days=12)
 AMOUNTS = (0.0, 0.004, 0.005, 0.015, 1.0, 9.99, 12.345, 250.0, 4999.99, 1e6)
 

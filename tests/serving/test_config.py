@@ -51,3 +51,26 @@ def test_bad_values_are_refused_by_key(tmp_path, text, message):
     path.write_text(text)
     with pytest.raises(ConfigError, match=message):
         load_serving_config(path=path)
+
+
+@pytest.mark.parametrize("env", ["dev", "prod"])
+def test_the_checked_in_margins_cover_ingests_lateness_bound(env):
+    from pipeline.ingest.config import load_ingest_config
+    assert load_serving_config(env).stream.expiry_margin_hours >= 24 * load_ingest_config(env).raw.max_lateness_days
+
+
+def test_an_expiry_margin_below_ingests_lateness_bound_is_refused_naming_what_to_set(tmp_path):
+    path = tmp_path / "serving.toml"
+    path.write_text("[stream]\nexpiry_margin_hours = 48.0\n")
+    # No ingest.toml beside it: the environment's bound (conf/dev: 7 days).
+    with pytest.raises(ConfigError, match=r"stream.expiry_margin_hours = 48 is shorter than the 168 h a payment "
+                                          r"may be late \(ingest.toml's \[raw\] max_lateness_days = 7\).*set "
+                                          r"\[stream\] expiry_margin_hours to at least 168 "):
+        load_serving_config("dev", path=path)
+    # The ingest.toml beside it decides: two days late at most, so 48 h is enough ...
+    (tmp_path / "ingest.toml").write_text("[raw]\nmax_lateness_days = 2.0\n")
+    assert load_serving_config("dev", path=path).stream.expiry_margin_hours == 48.0
+    # ... unless late payments are judged against the clock, which the watermark may lead by the clock skew.
+    path.write_text("[stream]\nexpiry_margin_hours = 48.0\n[time_rules]\nlate_against = \"clock\"\n")
+    with pytest.raises(ConfigError, match=r"plus max_clock_skew_s .* expiry_margin_hours to at least 48\.0833"):
+        load_serving_config("dev", path=path)

@@ -127,3 +127,84 @@ def test_a_refused_batch_leaves_the_store_as_it_was():
     assert (refused.value.index, refused.value.rejection.reason.value) == (1, "future_event_time")
     assert store.status() == before
     assert store.features(payment("d", "c1", "2026-03-01T11:30:00Z"))[fd.card_count(1)] == 1
+
+
+# -- payments as late as ingest's bound are scored on their whole history -------------------------------
+
+from dataclasses import replace  # noqa: E402
+
+import pandas as pd  # noqa: E402
+
+from pipeline.features.frame import build_feature_frame  # noqa: E402
+from pipeline.features.online import Payment  # noqa: E402
+from pipeline.features.params import FeatureParams  # noqa: E402
+from pipeline.ingest.config import load_ingest_config  # noqa: E402
+from pipeline.serving.config import load_serving_config  # noqa: E402
+from pipeline.serving.seed import seed_from_raw_store  # noqa: E402
+from tests.monitoring.raw_store import write_raw_store  # noqa: E402
+
+HOUR_US, DAY_US = 3_600_000_000, 86_400_000_000
+
+
+def _kernel_row(payments: list[Payment], reports: list[tuple[str, bool, int]], params, transaction_id: str) -> dict:
+    """The offline (training) row of ``transaction_id`` over exactly these payments and reports."""
+    tx = pd.DataFrame({"transaction_id": [p.transaction_id for p in payments],
+                       "card_id": [p.card_id for p in payments], "merchant_id": [p.merchant_id for p in payments],
+                       "event_time": pd.to_datetime([p.ts_us for p in payments], unit="us", utc=True),
+                       "amount": [p.amount for p in payments], "mcc": [p.mcc for p in payments],
+                       "channel": [p.channel for p in payments], "country": [p.country for p in payments]})
+    labels = pd.DataFrame({"transaction_id": [r[0] for r in reports], "is_fraud": [r[1] for r in reports],
+                           "reported_at": pd.to_datetime([r[2] for r in reports], unit="us", utc=True)})
+    frame = build_feature_frame(tx, labels, params)
+    return frame[frame["transaction_id"] == transaction_id].iloc[0].to_dict()
+
+
+@pytest.mark.parametrize("env", ["dev", "prod"])
+def test_payments_as_late_as_the_time_rules_accept_are_scored_on_their_whole_history(env):
+    """The store as each checked-in config builds it (serving.toml's margin, ingest.toml's lateness
+    bound and feature params), expiry run as the stream moves: a payment up to ``max_lateness_days``
+    behind the latest one gets the row training builds over everything seen."""
+    ingest, serving = load_ingest_config(env), load_serving_config(env)
+    params, lateness_us = ingest.features, int(ingest.raw.max_lateness_days * DAY_US)
+    start = micros("2026-01-01T00:00:00Z")
+    store = FeatureStore(params, serving.stream.expiry_margin_hours,
+                         payment_time_rules(replace(serving.time_rules, future_against="off"), ingest.raw))
+    seen: list[Payment] = []
+    reports: list[tuple[str, bool, int]] = []
+    for i in range(300):  # 50 days, a payment every 4 h over 4 cards and 3 merchants
+        seen.append(Payment(f"h{i}", f"c{i % 4}", f"m{i % 3}", start + i * 4 * HOUR_US, 10.0 + i % 37))
+        store.score_features(seen[-1])
+        if i >= 12 and (i - 12) % 7 == 0:  # every 7th payment reported as fraud 2 days (12 payments) on
+            reports.append((seen[i - 12].transaction_id, True, seen[-1].ts_us))
+            store.observe_label(*reports[-1])
+        if i % 6 == 0:
+            store.expire()
+    latest = seen[-1].ts_us
+    for k, behind in enumerate((DAY_US, 3 * DAY_US, lateness_us - HOUR_US, lateness_us)):
+        store.expire()
+        late = Payment(f"late{k}", f"c{k % 4}", f"m{k % 3}", latest - behind, 25.0)
+        online = store.score_features(late)  # accepted by the time rules: not more than the bound behind
+        seen.append(late)
+        offline = _kernel_row(seen, reports, params, late.transaction_id)
+        for name in fd.FEATURE_COLUMNS:
+            assert online[name] == pytest.approx(float(offline[name]), rel=1e-9, abs=1e-9), (behind / DAY_US, name)
+
+
+def test_after_seeding_a_payment_as_late_as_the_margin_is_scored_on_its_whole_history(tmp_path):
+    """The seed replays the raw store far enough back for a payment ``expiry_margin_hours`` behind the
+    latest one, not only for the latest (a short label match, so that the card windows show it)."""
+    params = FeatureParams(label_delay_hours=24.0, label_match_days=2)  # the seed reads 33 days for the latest
+    start = micros("2026-01-01T00:00:00Z")
+    history = [Payment(f"h{i}", f"c{i % 4}", f"m{i % 3}", start + i * 4 * HOUR_US, 10.0 + i % 37) for i in range(300)]
+    reports = [(p.transaction_id, True, p.ts_us + DAY_US) for p in history[::7]]
+    tx = pd.DataFrame({"transaction_id": [p.transaction_id for p in history], "card_id": [p.card_id for p in history],
+                       "merchant_id": [p.merchant_id for p in history], "amount": [p.amount for p in history],
+                       "event_time": pd.to_datetime([p.ts_us for p in history], unit="us", utc=True)})
+    write_raw_store(tmp_path / "raw", tx, [(t, f, pd.Timestamp(r, unit="us", tz="UTC")) for t, f, r in reports])
+    store = FeatureStore(params, expiry_margin_hours=168.0)
+    assert seed_from_raw_store(store, tmp_path / "raw").payments < len(history)  # not simply the whole store
+    late = Payment("late", "c1", "m1", history[-1].ts_us - 7 * DAY_US, 25.0)
+    online = store.score_features(late)
+    offline = _kernel_row([*history, late], reports, params, late.transaction_id)
+    for name in fd.FEATURE_COLUMNS:
+        assert online[name] == pytest.approx(float(offline[name]), rel=1e-9, abs=1e-9), name

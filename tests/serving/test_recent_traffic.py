@@ -73,9 +73,11 @@ def _sorted_rows(matrix: np.ndarray) -> np.ndarray:
     return matrix[np.lexsort(matrix.T[::-1])]
 
 
-def test_the_seed_keeps_the_features_training_builds_for_the_payments_within_the_expiry_margin(window, tmp_path):
+@pytest.mark.parametrize("margin_hours", [MARGIN_HOURS, 168.0])
+def test_the_seed_keeps_the_features_training_builds_for_the_latest_days_payments(window, tmp_path, margin_hours):
+    """The latest day's payments, whatever the expiry margin beyond a day (a week's, for late payments)."""
     raw, recent_ids, _ = _history(window, tmp_path, days=7)
-    store = FeatureStore(factory.PARAMS, MARGIN_HOURS, recent=RecentTraffic(10_000))
+    store = FeatureStore(factory.PARAMS, margin_hours, recent=RecentTraffic(10_000))
     report = seed_from_raw_store(store, raw)
     offline = window.features[window.features["transaction_id"].isin(recent_ids)]
     assert report.recent == len(store.recent) == len(recent_ids) > 100
