@@ -14,11 +14,8 @@ split is the protocol holdout every model is scored on). Cached under
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import os
 import shutil
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date, timedelta
 from pathlib import Path
@@ -29,6 +26,7 @@ from pipeline.backtest import BacktestData, BacktestSpec, build_backtest_data
 from pipeline.contract import Kind
 from pipeline.evaluation.holdout import load_holdout
 from pipeline.evaluation.protocol import BacktestDays
+from pipeline.file_lock import file_lock
 from pipeline.ingest.config import IngestConfig, load_ingest_config
 from pipeline.ingest.progress import quiet
 from pipeline.kafka.broker import EmbeddedBroker, free_port
@@ -89,7 +87,8 @@ def bench_portfolio(quick: bool, preset: str | None = None) -> BenchPortfolio:
     spec = BacktestSpec(window.start + timedelta(days=BENCH_DAYS.train + BENCH_DAYS.validation - 1), BENCH_DAYS)
     config = _ingest_config(workdir)
     truth_path = workdir / "truth.parquet"
-    with _build_lock(workdir):  # two benchmarks started together build the portfolio once
+    # Blocking: of two benchmarks started together, the second waits for the first's build and reuses it.
+    with file_lock(workdir.parent / f"{workdir.name}.lock", blocking=True):
         if not truth_path.is_file():
             shutil.rmtree(workdir, ignore_errors=True)  # an interrupted build: its raw store and offsets start over
             sim = simulate_window(window, base, num_cards=size.num_cards, num_merchants=size.num_merchants)
@@ -99,15 +98,6 @@ def bench_portfolio(quick: bool, preset: str | None = None) -> BenchPortfolio:
     source = (f"simulator preset {preset} ({size.num_cards} cards, {SIM_DAYS} days, seed {base.seed}) -> Kafka -> "
               f"Spark ingest -> backtest {spec.name}, cached in {workdir}")
     return BenchPortfolio(preset, data, pd.read_parquet(truth_path), source)
-
-
-@contextmanager
-def _build_lock(workdir: Path) -> Iterator[None]:
-    lock = workdir.parent / f"{workdir.name}.lock"
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with lock.open("w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)  # blocking: the second caller waits for the first build
-        yield
 
 
 def _ingest_config(workdir: Path) -> IngestConfig:

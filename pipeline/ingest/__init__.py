@@ -9,7 +9,8 @@ Entry points: :mod:`pipeline.ingest.job` (``run_nightly``, ``run_backfill``, ``r
   Parquet from inside the read tasks; ``duplicates`` then moves repeated identities to quarantine;
 * ``accounting`` checks read = valid + quarantined + duplicates against the files, and the run
   commits (offsets, run id, watermarks) with one atomic replace of the commit log (``offsets``);
-  ``raw_layout`` is the store's layout and listing (Arrow only), ``raw_store`` its Spark readers;
+  ``raw_layout`` is the store's layout and listing, ``raw_reader`` its one Arrow reader (no Spark),
+  ``raw_store`` its Spark readers;
 * ``dataset_plan`` fixes dates, splits and label cutoff; ``dataset_builder`` computes features
   (``pipeline.features``), writes deterministic shards (``shards``) and publishes the manifest.
 """

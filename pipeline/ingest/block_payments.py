@@ -35,9 +35,10 @@ from pipeline.datasets.id_vocabulary import IdVocabulary
 from pipeline.datasets.lookback_cache import CODED_SCHEMA, MATCHED_SCHEMA, LookbackCache
 from pipeline.features import definitions as fd
 from pipeline.features.arrow_kernel import PAYMENT_COLUMNS, CodedPayments, epoch_us
-from pipeline.ingest.feature_inputs import raw_files_keys, read_files
+from pipeline.ingest.feature_inputs import raw_files_keys
 from pipeline.ingest.id_index import EPOCH
 from pipeline.ingest.raw_layout import RawStore, raw_arrow_schema
+from pipeline.ingest.raw_reader import read_files
 
 LOOKBACK = timedelta(days=fd.LOOKBACK_DAYS)
 MATCHED_COLUMNS = ["transaction_id", "merchant", "ts_us"]  # what matching fraud reports to payments reads
@@ -72,9 +73,8 @@ class BlockPayments:
 
 def code_payments(raw: pa.Table, vocabulary: IdVocabulary) -> tuple[pa.Table, IdVocabulary]:
     """Raw payments (``PAYMENT_COLUMNS``) as ``CODED_SCHEMA`` rows, and the vocabulary grown by their new ids."""
-    card, vocabulary = vocabulary.code(raw.column("card_id"))
-    merchant, vocabulary = vocabulary.code(raw.column("merchant_id"))
-    country, vocabulary = vocabulary.code(raw.column("country"))
+    (card, merchant, country), vocabulary = vocabulary.code_columns(
+        raw.column("card_id"), raw.column("merchant_id"), raw.column("country"))
     coded = pa.table({"transaction_id": raw.column("transaction_id"), "card": card, "merchant": merchant,
                       "country": country, "ts_us": epoch_us(raw.column("event_time")), "amount": raw.column("amount")})
     return coded.cast(CODED_SCHEMA), vocabulary

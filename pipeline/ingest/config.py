@@ -95,7 +95,7 @@ class DatasetConfig:
     min_rows: SplitMinimums = field(default_factory=lambda: SplitMinimums(train=1, validation=1, test=1))
     min_frauds: SplitMinimums = field(default_factory=lambda: SplitMinimums(train=1, validation=0, test=0))
     # Feature rows by event date, computed once and reused while their inputs are unchanged
-    # (pipeline.ingest.feature_update); "" -> <state>/features/<raw store directory name>.
+    # (pipeline.ingest.feature_update); "" -> <state>/features/<raw store directory name>-<store id>.
     feature_table: str = ""
     # Consecutive dates computed in one pass of the numpy kernel: the pass holds block + 30 days of
     # payments in the driver's memory, and reads the 30-day lookback once per block.

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections import defaultdict
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -24,7 +23,6 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from pipeline.contract import Kind
 from pipeline.datasets.lookback_cache import FRAUD_SCHEMA, LookbackCache
@@ -35,45 +33,19 @@ from pipeline.ingest.dataset_plan import DatasetPlan
 from pipeline.ingest.id_index import EPOCH
 from pipeline.ingest.identity import transaction_id_hashes
 from pipeline.ingest.index_build import build_missing_index
-from pipeline.ingest.raw_layout import RawStore, raw_arrow_schema
+from pipeline.ingest.raw_layout import RawStore
+from pipeline.ingest.raw_reader import committed_files_by_date, read_files
 
 NOWHERE = -1  # location of a report whose payment the plan cannot see
 
 
-def partition_date(path: Path) -> date:
-    """The date of a raw file ``<table>/<date column>=<day>/run_id=<run>/<file>``."""
-    return date.fromisoformat(path.parent.parent.name.split("=", 1)[1])
-
-
-def committed_files_by_date(store: RawStore, kind: Kind) -> dict[date, list[Path]]:
-    """Committed raw files of ``kind`` per partition date (a directory listing)."""
-    by_date: dict[date, list[Path]] = defaultdict(list)
-    for path in store.committed_files(kind):
-        by_date[partition_date(path)].append(path)
-    return dict(by_date)
-
-
-def read_files(files: list[Path], kind: Kind, columns: list[str] | tuple[str, ...]) -> pa.Table:
-    """``columns`` of the raw ``files`` of ``kind``, concatenated (typed even when there are none)."""
-    schema = raw_arrow_schema(kind)
-    # ParquetFile, not pq.read_table: read_table sets up a dataset per file, twice the cost of
-    # reading a small file (a night reads some sixty days of labels, a few hundred rows each).
-    tables = [_read_parquet(f, list(columns)) for f in files]
-    return pa.concat_tables(tables) if tables else pa.schema([schema.field(c) for c in columns]).empty_table()
-
-
-def _read_parquet(path: Path, columns: list[str]) -> pa.Table:
-    with pq.ParquetFile(path) as source:
-        return source.read(columns=columns, use_threads=False)
-
-
 def raw_files_keys(store: RawStore, files: dict[date, list[Path]]) -> dict[date, str]:
     """What each date's cache entries are read from: its committed raw files (immutable once
-    committed: late data lands as a new file) in this store."""
-    root = str(store.root.resolve())  # once: resolving costs a system call per path component
+    committed: late data lands as a new file) in this store (its id: a moved store's keys hold)."""
+    store_id = store.store_id()
 
     def key(paths: list[Path]) -> str:
-        named = {"raw_store": root, "files": sorted(str(p.relative_to(store.root)) for p in paths)}
+        named = {"raw_store": store_id, "files": sorted(str(p.relative_to(store.root)) for p in paths)}
         return hashlib.sha256(json.dumps(named, sort_keys=True).encode()).hexdigest()
 
     return {day: key(paths) for day, paths in files.items()}

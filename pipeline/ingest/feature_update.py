@@ -8,7 +8,7 @@ A date's features are a function of (see :mod:`pipeline.features.definitions`):
    falls in ``[date - LOOKBACK_DAYS, date + 1)``, and where their payments lie in the raw store
    (a report whose payment is unknown counts for nothing until the payment lands);
 3. the feature code and knobs: feature schema, ``label_delay_hours``, ``label_match_days``,
-   :data:`TABLE_FORMAT`, and the raw store it was read from.
+   :data:`TABLE_FORMAT`, and the raw store it was read from (its id, :meth:`RawStore.store_id`).
 
 The fingerprint of a date is a SHA-256 over exactly these. :func:`update_feature_table` computes
 every fingerprint of the plan's dates (a directory listing and the plan's fraud reports, no feature
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import time
 from dataclasses import dataclass
 from datetime import date, timedelta
@@ -60,14 +61,34 @@ from pipeline.ingest.id_index import EPOCH
 from pipeline.ingest.raw_layout import RawStore
 from pipeline.paths import resolve_state_path, state_dir
 
-TABLE_FORMAT = 1  # bump when a partition's content or the fingerprint's recipe changes
+# Bump when a partition's content or the fingerprint's recipe changes. 2: the raw store is named by
+# its id, not its path (a moved store's dates stay valid).
+TABLE_FORMAT = 2
 LOOKBACK = timedelta(days=fd.LOOKBACK_DAYS)
+
+log = logging.getLogger(__name__)
 
 
 def feature_table_root(configured: str, store: RawStore) -> Path:
-    """The feature table of ``store``: ``configured`` when set, else ``<state>/features/<store dir name>``
-    (one table per raw store, next to the datasets: two stores never share partitions)."""
-    return resolve_state_path(configured) if configured else state_dir() / "features" / store.root.name
+    """The feature table of ``store``: ``configured`` when set, else
+    ``<state>/features/<store dir name>-<store id>`` (:meth:`RawStore.store_id`; may write it, so
+    call with the store's lock held, as dataset builds do). One table per raw store, next to the
+    datasets: two stores never share one, even named alike, and a moved store keeps its own.
+
+    Tables keyed by the directory name alone (``<state>/features/<store dir name>``, before the id)
+    are not read: their fingerprints named the store's path, so every date would be computed again
+    anyway, and a name may have been shared by two stores. Each call finds such a table logs a
+    warning naming it; delete it once no older build uses it.
+    """
+    if configured:
+        return resolve_state_path(configured)
+    features = state_dir() / "features"
+    legacy = features / store.root.name
+    if legacy.is_dir():
+        log.warning("%s is a feature table of the old layout (keyed by the raw store's directory name), no longer "
+                    "read: the features of %s are computed into their own table; delete it when no older "
+                    "build needs it", legacy, store.root)
+    return features / f"{store.root.name}-{store.store_id()[:12]}"
 
 
 @dataclass(frozen=True)
@@ -91,7 +112,7 @@ def date_fingerprints(store: RawStore, files: dict[date, list[Path]], days: list
     """``day -> (fingerprint, summary of its inputs)`` for each of ``days`` (module doc, 1-3);
     ``files``: the committed transaction files per date."""
     code = {"format": TABLE_FORMAT, **fd.schema_fingerprint(), "label_delay_us": params.label_delay_us,
-            "label_match_days": params.label_match_days, "raw_store": str(store.root.resolve())}
+            "label_match_days": params.label_match_days, "raw_store": store.store_id()}
     named = {day: [str(p.relative_to(store.root)) for p in paths] for day, paths in files.items()}
     out = {}
     for day in days:

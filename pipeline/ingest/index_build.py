@@ -9,15 +9,13 @@ kill before that leaves an unlisted segment, which the next run deletes and buil
 
 from __future__ import annotations
 
-from datetime import date
-
 import numpy as np
-import pyarrow.parquet as pq
 
 from pipeline.contract import FIELDS_BY_KIND, Kind
 from pipeline.ingest.id_index import EPOCH, Entries, segment_name
 from pipeline.ingest.identity import content_hashes, identity_hashes
 from pipeline.ingest.raw_layout import TABLE_BY_KIND, RawStore
+from pipeline.ingest.raw_reader import read_files
 
 
 def committed_entries(store: RawStore, kind: Kind) -> Entries:
@@ -25,10 +23,10 @@ def committed_entries(store: RawStore, kind: Kind) -> Entries:
     ordinal = {run: i for i, run in enumerate(store.committed().runs)}
     fields = [s.name for s in FIELDS_BY_KIND[kind]]
     parts = []
-    for path in store.committed_files(kind):  # <table>/<date column>=<day>/run_id=<run>/<file>
-        table = pq.read_table(path, columns=fields)
-        day = (date.fromisoformat(path.parent.parent.name.split("=", 1)[1]) - EPOCH).days
-        run = ordinal[path.parent.name.split("=", 1)[1]]
+    for file in store.committed_raw_files(kind):
+        table = read_files([file.path], kind, fields)
+        day = (file.day - EPOCH).days
+        run = ordinal[file.run_id]
         n = table.num_rows
         parts.append(Entries(identity_hashes(table, kind), content_hashes(table, kind),
                              np.full(n, day, np.int32), np.full(n, run, np.int32)))

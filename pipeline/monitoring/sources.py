@@ -1,4 +1,4 @@
-"""Where the monitor reads: the scores topic, the raw store (Arrow, no Spark), the registry.
+"""Where the monitor reads: the scores topic, the raw store (its Arrow reader, no Spark), the registry.
 
 Thin adapters; everything they return is plain data for the pure modules. A version's reference
 (operating points, expected recall, validation scores, a training-split sample) is best effort:
@@ -31,17 +31,18 @@ from pipeline.decisions.operating_points import (
     operating_points_from_tags,
 )
 from pipeline.ingest.raw_layout import RawStore
+from pipeline.ingest.raw_reader import read_raw
 from pipeline.kafka.admin import KafkaUnavailable
 from pipeline.kafka.reader import ConsumedRecord, read_topic
 from pipeline.kafka.settings import KafkaConfig, with_log_routing
 from pipeline.monitoring.figures import VersionReference
 from pipeline.monitoring.join import Report
-from pipeline.serving.seed import LABEL_COLUMNS, read_raw
 
 # Logged at registration (pipeline.registry.tracking, under RUN_ARTIFACTS): spelled out here because
 # importing tracking loads torch, which the monitor never needs (tests/monitoring holds them equal).
 VALIDATION_SCORES = "run/validation_scores.parquet"
 SAMPLE_SEED = 0  # the same training rows on every run: a re-run gives the same PSI
+REPORT_COLUMNS = ("transaction_id", "is_fraud", "reported_at")  # what the join reads of a fraud report
 
 
 # ---- Kafka ----------------------------------------------------------------------------------------
@@ -73,7 +74,7 @@ def raw_store_until(raw_root: Path) -> date | None:
 
 def read_reports(raw_root: Path, first: date, last: date) -> list[Report]:
     """Fraud reports of report dates ``first .. last`` (committed rows)."""
-    table = read_raw(RawStore(raw_root), Kind.LABEL, LABEL_COLUMNS, first, last)
+    table = read_raw(RawStore(raw_root), Kind.LABEL, REPORT_COLUMNS, first, last)
     if table.num_rows == 0:
         return []
     reported = pc.cast(pc.cast(table["reported_at"], pa.timestamp("us", tz="UTC")), pa.int64()).to_pylist()

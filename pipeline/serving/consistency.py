@@ -39,13 +39,14 @@ from pipeline.features import definitions as fd
 from pipeline.features.frame import build_feature_frame
 from pipeline.features.params import FeatureParams
 from pipeline.ingest.raw_layout import RawStore
+from pipeline.ingest.raw_reader import read_raw
 from pipeline.kafka.reader import read_topic
 from pipeline.kafka.settings import KafkaConfig
 from pipeline.registry.config import RegistryConfig
 from pipeline.serving.decision import decide
 from pipeline.serving.features import EPOCH, US, micros
 from pipeline.serving.score_event import ScoreEvent
-from pipeline.serving.seed import LABEL_COLUMNS, PAYMENT_COLUMNS, read_raw, seed_history_days
+from pipeline.serving.seed import LABEL_COLUMNS, PAYMENT_COLUMNS, seed_history_days
 from pipeline.serving.thresholds import Thresholds
 
 TOLERANCE = 1e-9

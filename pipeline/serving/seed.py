@@ -8,9 +8,9 @@ holds, and only the earliest fraud report of a payment counts).
 How far back: the card windows read ``LOOKBACK_DAYS``; a merchant's fraud rate counts reports made
 (plus the label delay) within its longest window, for payments up to ``label_match_days`` before
 the report. Transactions from ``latest - (lookback + delay + match)`` days on are therefore replayed,
-and the labels reported since. Reads Parquet with pyarrow: no Spark session. Last, the features of the
-latest payments go into the store's recent traffic (:mod:`.recent_traffic`), where a version's
-review threshold starts from.
+and the labels reported since. Reads through the raw store's Arrow reader
+(:mod:`pipeline.ingest.raw_reader`): no Spark session. Last, the features of the latest payments go
+into the store's recent traffic (:mod:`.recent_traffic`), where a version's review threshold starts from.
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as pads
 
 from pipeline.contract import Kind
 from pipeline.features import definitions as fd
 from pipeline.features.online import Payment
 from pipeline.features.params import FeatureParams
-from pipeline.ingest.raw_layout import DATE_COLUMN_BY_KIND, RawStore
+from pipeline.ingest.raw_layout import RawStore
+from pipeline.ingest.raw_reader import read_raw
 from pipeline.serving.features import FeatureStore
 
 PAYMENT_COLUMNS = ("transaction_id", "card_id", "merchant_id", "event_time", "amount", "mcc", "channel", "country")
@@ -49,20 +49,6 @@ def seed_history_days(params: FeatureParams) -> int:
     return fd.LOOKBACK_DAYS + math.ceil(params.label_delay_hours / 24) + params.label_match_days
 
 
-def _partition_date(path: Path, kind: Kind) -> date:
-    # .../<date column>=YYYY-MM-DD/run_id=<run>/part-*.parquet
-    return date.fromisoformat(path.parent.parent.name.removeprefix(f"{DATE_COLUMN_BY_KIND[kind]}="))
-
-
-def read_raw(store: RawStore, kind: Kind, columns: tuple[str, ...], since: date, until: date | None = None) -> pa.Table:
-    """Committed rows of ``kind`` from partitions dated ``since`` .. ``until`` (inclusive; open-ended)."""
-    files = [str(f) for f in store.committed_files(kind)
-             if since <= _partition_date(f, kind) and (until is None or _partition_date(f, kind) <= until)]
-    if not files:
-        return pa.table({c: [] for c in columns})
-    return pads.dataset(files, format="parquet").to_table(columns=list(columns))
-
-
 def _epoch_us(column: pa.ChunkedArray) -> list[int]:
     return pc.cast(pc.cast(column, pa.timestamp("us", tz="UTC")), pa.int64()).to_pylist()
 
@@ -74,7 +60,7 @@ def seed_from_raw_store(features: FeatureStore, raw_root: Path) -> SeedReport:
     latest = store.latest_date(Kind.TRANSACTION)
     if latest is None:
         return SeedReport(0, 0, None, commit.offsets)
-    since = latest - timedelta(days=seed_history_days(features.params))
+    since = latest - timedelta(days=seed_history_days(features.params) + math.ceil(features.expiry_margin_hours / 24))
     tx = read_raw(store, Kind.TRANSACTION, PAYMENT_COLUMNS, since)
     values = {c: tx[c].to_pylist() for c in PAYMENT_COLUMNS if c != "event_time"}
     ts = _epoch_us(tx["event_time"])

@@ -130,6 +130,22 @@ def test_incremental_nights_equal_a_full_spark_rebuild(spark, state_dir, sim, tm
     assert mine.loc[newly_reported, "label"].tolist() == [1, 1, 1]  # the last night's labels saw them too
 
 
+def test_two_stores_named_alike_get_their_own_tables_and_a_moved_store_keeps_its_own(state_dir, tmp_path, caplog):
+    first, second = RawStore(tmp_path / "a" / "raw"), RawStore(tmp_path / "b" / "raw")
+    table = feature_table_root("", first)
+    assert table != feature_table_root("", second)  # different stores, different locks: never one table
+    assert table.parent == state_dir / "features" and table.name.startswith("raw-")
+    (tmp_path / "c").mkdir()
+    os.rename(first.root, tmp_path / "c" / "raw")
+    assert feature_table_root("", RawStore(tmp_path / "c" / "raw")) == table
+    assert feature_table_root("/elsewhere/features", first) == Path("/elsewhere/features")  # configured: as is
+
+    legacy = state_dir / "features" / "raw"  # keyed by the name alone, before the store's id
+    (legacy / "date=2026-02-01").mkdir(parents=True)
+    feature_table_root("", second)
+    assert f"{legacy} is a feature table of the old layout" in caplog.text and legacy.is_dir()
+
+
 def test_blocks_cut_runs_of_consecutive_dates():
     days = [date(2026, 1, d) for d in (1, 2, 3, 4, 5, 9, 10)]
     assert blocks(days, 3) == [days[0:3], days[3:5], days[5:7]]
