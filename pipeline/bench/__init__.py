@@ -31,6 +31,8 @@ BENCHMARKS: dict[str, str] = {
                 "train time, validation vs test-week calibration (ECE, with and without the prior-shift correction)",
     "features": "one night's incremental feature table update vs a full rebuild of the dev window, and the full "
                 "rebuild vs Spark's bare two-pass shuffle+sort floor (plus the online-state fields when measured)",
+    "lookback_vocabulary": "a night's lookback-cache cost (s, vocabulary ids and bytes, peak RSS) after 1 and 10 "
+                           "turnovers of the card base, without vs with vocabulary compaction",
     "decisions": "review budget vs realised review rate, recall/precision at the budget vs LightGBM, review rate "
                  "change at a champion swap (operating points vs absolute thresholds), days to detect a stuck feature",
 }

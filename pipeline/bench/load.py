@@ -185,79 +185,97 @@ def _read_response(sock: socket.socket) -> int:
     return int(lines[0].split(" ", 2)[1])
 
 
-async def _open_loop(host: str, port: int, path: str, bodies: Sequence[bytes], rate: float,
-                     keep_samples: bool) -> dict[str, Any]:
-    loop = asyncio.get_running_loop()
-    free: list[Connection] = []
-    latencies: list[float] = []
-    samples: list[tuple[float, float, int]] = []
-    running: set[asyncio.Task[None]] = set()  # the loop keeps only weak references to tasks
-    late: list[float] = []
-    errors = opened = in_flight = 0
-    refused: Counter[int] = Counter()  # statuses other than 200 (0: no answer)
-    stop = threading.Event()
-    all_sent = asyncio.Event()
-    finished = asyncio.Event()
-    first = time.perf_counter() + 0.05
+class _OpenLoopRun:
+    """The state of one open-loop run (:func:`open_loop`): requests are launched on the event loop
+    at their due times by :meth:`schedule`, which runs in its own thread (sleeping there keeps the
+    schedule free of the loop's delays); :meth:`send` posts one and records its latency from the
+    due time; :meth:`result` summarises."""
 
-    async def send(i: int, due: float) -> None:
-        nonlocal errors, opened, in_flight
-        connection = free.pop() if free else None
+    def __init__(self, host: str, port: int, path: str, bodies: Sequence[bytes], rate: float,
+                 keep_samples: bool) -> None:
+        self.host, self.port, self.path, self.bodies, self.rate = host, port, path, bodies, rate
+        self.keep_samples = keep_samples
+        self.loop = asyncio.get_running_loop()
+        self.free: list[Connection] = []
+        self.latencies: list[float] = []
+        self.samples: list[tuple[float, float, int]] = []
+        self.running: set[asyncio.Task[None]] = set()  # the loop keeps only weak references to tasks
+        self.late: list[float] = []
+        self.errors = self.opened = self.in_flight = 0
+        self.refused: Counter[int] = Counter()  # statuses other than 200 (0: no answer)
+        self.stop = threading.Event()
+        self.all_sent = asyncio.Event()
+        self.finished = asyncio.Event()
+        self.first = time.perf_counter() + 0.05
+
+    async def send(self, i: int, due: float) -> None:
+        """POST body ``i`` (due at ``due``) on a free connection, or a new one; record the outcome."""
+        connection = self.free.pop() if self.free else None
         if connection is not None and time.monotonic() - connection.last_used > IDLE_REUSE_S:
             connection.close()  # the server may be closing it this instant: reconnect (not counted as opened)
         if connection is None:
-            connection, opened = Connection(host, port), opened + 1
-        late.append(time.perf_counter() - due)
+            connection, self.opened = Connection(self.host, self.port), self.opened + 1
+        self.late.append(time.perf_counter() - due)
         try:
-            status, _ = await connection.post(path, bodies[i])
+            status, _ = await connection.post(self.path, self.bodies[i])
         except (OSError, asyncio.IncompleteReadError, ValueError):
             status = 0
-        latencies.append(time.perf_counter() - due)
-        if keep_samples:
-            samples.append((due - first, latencies[-1], status))
-        errors += status != 200
+        self.latencies.append(time.perf_counter() - due)
+        if self.keep_samples:
+            self.samples.append((due - self.first, self.latencies[-1], status))
+        self.errors += status != 200
         if status != 200:
-            refused[status] += 1
-        free.append(connection)
-        in_flight -= 1
-        if all_sent.is_set() and in_flight == 0:
-            finished.set()
+            self.refused[status] += 1
+        self.free.append(connection)
+        self.in_flight -= 1
+        if self.all_sent.is_set() and self.in_flight == 0:
+            self.finished.set()
 
-    def launch(i: int, due: float) -> None:
-        nonlocal in_flight
-        in_flight += 1
-        if in_flight > rate * GIVE_UP_BEHIND_S:
-            stop.set()  # the server is that far behind: this rate is beyond it
-        task = loop.create_task(send(i, due))
-        running.add(task)
-        task.add_done_callback(running.discard)
+    def launch(self, i: int, due: float) -> None:
+        """On the event loop: start :meth:`send` of body ``i``; give up when too many are in flight."""
+        self.in_flight += 1
+        if self.in_flight > self.rate * GIVE_UP_BEHIND_S:
+            self.stop.set()  # the server is that far behind: this rate is beyond it
+        task = self.loop.create_task(self.send(i, due))
+        self.running.add(task)
+        task.add_done_callback(self.running.discard)
 
-    def schedule() -> None:
-        for i in range(len(bodies)):
-            due = first + i / rate
+    def schedule(self) -> None:
+        """In its own thread: launch each body at ``first + i / rate`` until all are sent or given up."""
+        for i in range(len(self.bodies)):
+            due = self.first + i / self.rate
             delay = due - time.perf_counter()
             if delay > 0:
                 time.sleep(delay)
-            if stop.is_set():
+            if self.stop.is_set():
                 break
-            loop.call_soon_threadsafe(launch, i, due)
-        loop.call_soon_threadsafe(all_sent.set)
+            self.loop.call_soon_threadsafe(self.launch, i, due)
+        self.loop.call_soon_threadsafe(self.all_sent.set)
 
-    scheduler = threading.Thread(target=schedule, name="open-loop-schedule", daemon=True)
+    def result(self, wall: float) -> dict[str, Any]:
+        """The run's figures (:func:`open_loop`), ``wall`` seconds after the first due time."""
+        p50, p99, p999 = percentiles_ms(self.latencies, 50, 99, 99.9)
+        result = {"rate": self.rate, "requests": len(self.latencies), "p50_ms": p50, "p99_ms": p99,
+                  "p99_9_ms": p999, "errors": self.errors,
+                  "error_statuses": {str(s): n for s, n in sorted(self.refused.items())},
+                  "gave_up": self.stop.is_set(), "achieved_rps": round(len(self.latencies) / wall, 1),
+                  "connections": self.opened, "late_p99_ms": percentiles_ms(self.late, 99)[0]}
+        return {**result, "samples": self.samples} if self.keep_samples else result
+
+
+async def _open_loop(host: str, port: int, path: str, bodies: Sequence[bytes], rate: float,
+                     keep_samples: bool) -> dict[str, Any]:
+    run = _OpenLoopRun(host, port, path, bodies, rate, keep_samples)
+    scheduler = threading.Thread(target=run.schedule, name="open-loop-schedule", daemon=True)
     scheduler.start()
-    await all_sent.wait()
-    if in_flight:
-        await finished.wait()
+    await run.all_sent.wait()
+    if run.in_flight:
+        await run.finished.wait()
     scheduler.join()
-    wall = time.perf_counter() - first
-    for connection in free:
+    wall = time.perf_counter() - run.first
+    for connection in run.free:
         connection.close()
-    p50, p99, p999 = percentiles_ms(latencies, 50, 99, 99.9)
-    result = {"rate": rate, "requests": len(latencies), "p50_ms": p50, "p99_ms": p99, "p99_9_ms": p999,
-              "errors": errors, "error_statuses": {str(s): n for s, n in sorted(refused.items())},
-              "gave_up": stop.is_set(), "achieved_rps": round(len(latencies) / wall, 1),
-              "connections": opened, "late_p99_ms": percentiles_ms(late, 99)[0]}
-    return {**result, "samples": samples} if keep_samples else result
+    return run.result(wall)
 
 
 def open_loop(host: str, port: int, path: str, bodies: Sequence[bytes], rate: float,

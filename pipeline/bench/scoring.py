@@ -44,6 +44,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,7 @@ from pipeline.bench.served_history import (
     CONCURRENCY,
     START_TIMEOUT_S,
     WARMUP_REQUESTS,
+    PublishedHistory,
     conf_dir,
     publish_history,
     ready_when,
@@ -233,86 +235,153 @@ def run(quick: bool) -> dict[str, Any]:
         return _run(work, env, broker, REQUESTS[quick], quick)
 
 
+@dataclass(frozen=True)
+class _Versions:
+    """The two registered versions of the bench model: ``v1`` champion at the start, ``v2`` swapped in."""
+
+    registry: RegistryConfig
+    client: Any  # the registry client, kept for the mid-run alias move
+    v1: int
+    v2: int
+    single_row: dict[str, Any]  # the champion's forward on one payment (:func:`_single_row_ms`)
+
+
+@dataclass(frozen=True)
+class _Requests:
+    """The payments sent, as bodies for ours and for mlflow serve, cut into warm-up, measured, lone."""
+
+    ours: list[bytes]
+    mlflow: list[bytes]
+    warmup: slice
+    measured: slice
+    lone: slice
+
+
+@dataclass(frozen=True)
+class _SideBySide:
+    """What the runs against both servers measured (:func:`_measure_side_by_side`)."""
+
+    lone: dict[str, Any]
+    ours: dict[str, Any]
+    mlflow: dict[str, Any]
+    open_loop: dict[str, Any]
+    rates: dict[str, dict[str, Any]]
+    swap: dict[str, Any]
+    health: dict[str, Any]
+
+
 def _run(work: Path, env: dict[str, str], broker: EmbeddedBroker, n: int, quick: bool) -> dict[str, Any]:
     served = publish_history(broker, CARDS[quick])
     needed = WARMUP_REQUESTS + n + LONE_REQUESTS[quick]
     today = served.today.head(needed)
     if len(today) < needed:
         raise RuntimeError(f"the simulated day has {len(today)} payments; {needed} are needed")
-
     jitter = _cpu_jitter()  # before any server runs: the machine's noise floor alone
+    versions = _register_versions(served, work)
+    ours_bodies, mlflow_bodies = _bodies(today, served.features)
+    requests = _Requests(ours_bodies, mlflow_bodies, slice(0, WARMUP_REQUESTS),
+                         slice(WARMUP_REQUESTS, WARMUP_REQUESTS + n), slice(WARMUP_REQUESTS + n, None))
+    in_process = _in_process(ours_bodies[requests.warmup], ours_bodies[requests.lone],
+                             served.consumed)  # alone on the machine
+    measured = _measure_side_by_side(work, env, versions, requests, records(today), served.consumed, n, quick)
+    explain_all = _explain_every_payment(work, env, ours_bodies[requests.warmup], ours_bodies[requests.measured],
+                                         versions.v2, served.consumed)
+    return _report(work, served, versions, n, jitter, in_process, measured, explain_all)
+
+
+def _register_versions(served: PublishedHistory, work: Path) -> _Versions:
+    """Train the champion and a second model (seeds 0, 1) on ``served``'s history, register both and
+    make the first champion; with the champion's single-row forward cost (one thread)."""
     registry = RegistryConfig()
     torch.set_num_threads(1)
     champion = train_model(served.history_features, seed=0)
     single_row = _single_row_ms(champion, served.today_features)
     v1 = register_model(registry, champion, work)
     v2 = register_model(registry, train_model(served.history_features, seed=1), work)
-    client = connect(registry)  # kept for the mid-run alias move
+    client = connect(registry)
     set_champion(registry, v1, client)
+    return _Versions(registry, client, v1, v2, single_row)
 
-    mlflow_port = free_port()
-    mlflow_cmd = [str(Path(sys.executable).parent / "mlflow"), "models", "serve",
-                  "-m", f"models:/{registry.model_name}@{CHAMPION}", "--env-manager", "local",
-                  "-h", HOST, "-p", str(mlflow_port)]
-    mlflow_env = _mlflow_env(env, resolved_tracking_uri(registry))
-    ours_bodies, mlflow_bodies = _bodies(today, served.features)
-    warmup, measured, lone = (slice(0, WARMUP_REQUESTS), slice(WARMUP_REQUESTS, WARMUP_REQUESTS + n),
-                              slice(WARMUP_REQUESTS + n, None))
-    in_process = _in_process(ours_bodies[warmup], ours_bodies[lone], served.consumed)  # alone on the machine
+
+def _mlflow_server(work: Path, env: dict[str, str], registry: RegistryConfig) -> ServerProcess:
+    """``mlflow models serve`` of the champion alias on a free port (not started yet)."""
+    port = free_port()
+    command = [str(Path(sys.executable).parent / "mlflow"), "models", "serve",
+               "-m", f"models:/{registry.model_name}@{CHAMPION}", "--env-manager", "local",
+               "-h", HOST, "-p", str(port)]
+    return ServerProcess(command, _mlflow_env(env, resolved_tracking_uri(registry)), work / "mlflow.log", port)
+
+
+def _measure_side_by_side(work: Path, env: dict[str, str], versions: _Versions, requests: _Requests,
+                          today_records: list[dict[str, Any]], consumed: int, n: int, quick: bool) -> _SideBySide:
+    """Start ours and mlflow serve, warm both up, then measure: lone requests to ours, closed loop on
+    each, ours in open loop, each one's highest rate under the p99 limit, and last the hot swap to
+    ``versions.v2`` on ours (:func:`_hot_swap`). Both servers are stopped on return."""
     with ServerProcess.fraudctl_serve(env, work / "ours.log") as ours, \
-            ServerProcess(mlflow_cmd, mlflow_env, work / "mlflow.log", mlflow_port) as theirs:
-        ours.wait_until("/health", ready_when(v1, served.consumed), START_TIMEOUT_S)
+            _mlflow_server(work, env, versions.registry) as theirs:
+        ours.wait_until("/health", ready_when(versions.v1, consumed), START_TIMEOUT_S)
         theirs.wait_until("/ping", timeout_s=START_TIMEOUT_S)
-        ours_url, mlflow_url = ours.url, theirs.url
-        load.closed_loop(HOST, ours.port, "/score", ours_bodies[warmup], CONCURRENCY)
-        load.closed_loop(HOST, theirs.port, "/invocations", mlflow_bodies[warmup], CONCURRENCY)
-        lone_result = load.sequential(HOST, ours.port, "/score", ours_bodies[lone])
-        ours_result = load.closed_loop(HOST, ours.port, "/score", ours_bodies[measured], CONCURRENCY)
-        mlflow_result = load.closed_loop(HOST, theirs.port, "/invocations", mlflow_bodies[measured],
+        ours_bodies, mlflow_bodies = requests.ours, requests.mlflow
+        load.closed_loop(HOST, ours.port, "/score", ours_bodies[requests.warmup], CONCURRENCY)
+        load.closed_loop(HOST, theirs.port, "/invocations", mlflow_bodies[requests.warmup], CONCURRENCY)
+        lone = load.sequential(HOST, ours.port, "/score", ours_bodies[requests.lone])
+        ours_result = load.closed_loop(HOST, ours.port, "/score", ours_bodies[requests.measured], CONCURRENCY)
+        mlflow_result = load.closed_loop(HOST, theirs.port, "/invocations", mlflow_bodies[requests.measured],
                                          CONCURRENCY)
-        today_records = records(today)
-        open_loop = _open_loop_runs(ours_url, today_records, quick)
-        rates = {"ours": _highest_rate(ours_url, "/score", lambda k, rate: load.fresh_bodies(today_records, k,
-                                                                                           f"ladder{rate}"),
+        open_loop = _open_loop_runs(ours.url, today_records, quick)
+        rates = {"ours": _highest_rate(ours.url, "/score", lambda k, rate: load.fresh_bodies(today_records, k,
+                                                                                            f"ladder{rate}"),
                                        LADDER["ours"], quick),
-                 "mlflow_serve": _highest_rate(mlflow_url, "/invocations",
-                                               lambda k, _: load.cycled(mlflow_bodies[measured], k),
+                 "mlflow_serve": _highest_rate(theirs.url, "/invocations",
+                                               lambda k, _: load.cycled(mlflow_bodies[requests.measured], k),
                                                LADDER["mlflow_serve"], quick)}
+        swap = _hot_swap(ours, versions, ours_bodies[requests.measured], n)
+        health = httpx.get(f"{ours.url}/health").json()
+    return _SideBySide(lone, ours_result, mlflow_result, open_loop, rates, swap, health)
 
-        def move_alias(done: int) -> None:
-            if done == n // 3:
-                set_champion(registry, v2, client)
 
-        # The same payments again (the service ignores ids it holds, so features are unchanged), and
-        # again until v2 has answered a third as many as were sent: the alias poll is the configured one.
-        swap = load.closed_loop(HOST, ours.port, "/score", ours_bodies[measured], CONCURRENCY,
-                                on_progress=move_alias, more=lambda versions: versions[v2] < n // 3,
-                                max_factor=SWAP_MAX_REQUESTS_FACTOR)
-        health = httpx.get(f"{ours_url}/health").json()
-    explain_all = _explain_every_payment(work, env, ours_bodies[warmup], ours_bodies[measured], v2,
-                                         served.consumed)
+def _hot_swap(ours: ServerProcess, versions: _Versions, bodies: list[bytes], n: int) -> dict[str, Any]:
+    """Closed loop on ours that moves the champion alias to ``versions.v2`` a third of the way in.
+
+    The same payments again (the service ignores ids it holds, so features are unchanged), and again
+    until v2 has answered a third as many as were sent: the alias poll is the configured one."""
+    def move_alias(done: int) -> None:
+        if done == n // 3:
+            set_champion(versions.registry, versions.v2, versions.client)
+
+    return load.closed_loop(HOST, ours.port, "/score", bodies, CONCURRENCY, on_progress=move_alias,
+                            more=lambda answered: answered[versions.v2] < n // 3,
+                            max_factor=SWAP_MAX_REQUESTS_FACTOR)
+
+
+def _report(work: Path, served: PublishedHistory, versions: _Versions, n: int, jitter: dict[str, float],
+            in_process: dict[str, Any], measured: _SideBySide, explain_all: dict[str, Any]) -> dict[str, Any]:
+    """The bench's result: every figure measured, the ratios the goals name, and the goals. Drops the
+    per-version answer counts of the plain runs (and mlflow serve's explained count) in place."""
+    lone, ours_result, mlflow_result = measured.lone, measured.ours, measured.mlflow
     for result in (ours_result, mlflow_result, explain_all):
         result.pop("versions")
     mlflow_result.pop("explained")
-    highest = {name: r["highest_rate"] for name, r in rates.items()}
+    highest = {name: r["highest_rate"] for name, r in measured.rates.items()}
     return {
         "concurrency": CONCURRENCY, "requests": n, "warmup_requests": WARMUP_REQUESTS,
-        "history_payments": len(served.history), "model": BENCH_MODEL, "model_single_row": single_row,
+        "history_payments": len(served.history), "model": BENCH_MODEL, "model_single_row": versions.single_row,
         "machine_jitter": jitter, "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
-        "lone_request_p50_ms": lone_result["p50_ms"], "lone_request_p99_ms": lone_result["p99_ms"],
+        "lone_request_p50_ms": lone["p50_ms"], "lone_request_p99_ms": lone["p99_ms"],
         "in_process_score_p50_ms": in_process["p50_ms"], "in_process_score_p99_ms": in_process["p99_ms"],
-        "lone_to_in_process": round(lone_result["p50_ms"] / in_process["p50_ms"], 2),
-        "lone_request": lone_result, "in_process_score": in_process,
-        "open_loop": open_loop,
+        "lone_to_in_process": round(lone["p50_ms"] / in_process["p50_ms"], 2),
+        "lone_request": lone, "in_process_score": in_process,
+        "open_loop": measured.open_loop,
         "highest_rate_p99_under_20ms": {**highest, "ratio": (round(highest["ours"] / highest["mlflow_serve"], 1)
                                                               if highest["mlflow_serve"] else None),
-                                        "searches": rates},
+                                        "searches": measured.rates},
         "ours": ours_result, "mlflow_serve": mlflow_result, "ours_explain_every_payment": explain_all,
         "explain_min_score": load_serving_config(path=work / "conf" / "serving.toml").model.explain_min_score,
         "p99_ratio": round(mlflow_result["p99_ms"] / ours_result["p99_ms"], 2),
-        "hot_swap_errors": swap["errors"],
-        "hot_swap": {**swap, "from_version": v1, "to_version": v2,
-                     "live_after": health["model"]["version"], "scores_published": health["scores"]["published"]},
+        "hot_swap_errors": measured.swap["errors"],
+        "hot_swap": {**measured.swap, "from_version": versions.v1, "to_version": versions.v2,
+                     "live_after": measured.health["model"]["version"],
+                     "scores_published": measured.health["scores"]["published"]},
         "goal": "ours p99_ms <= 5 (online features included), p99_ratio >= 10, hot_swap_errors == 0; "
                 "lone_to_in_process <= 1.5; highest_rate_p99_under_20ms ratio >= 10",
     }

@@ -36,6 +36,16 @@ Atomicity: each file is replaced in one rename (:func:`pipeline.atomic.atomic_pa
 the previous file or the complete new one. The vocabulary is written durably before any date file
 that uses its new codes, so no date file can outlive the codes it refers to. Date files skip the
 fsync: one lost to a power cut is a miss, never a wrong code. Writers hold the raw store's lock.
+
+Compaction: the vocabulary only grows between compactions, and the card base turns over, so without
+them it would hold every id ever seen (each night hashing it, rewriting it, and running towards the
+int32 cap). When fewer than :data:`MIN_LIVE_SHARE` of its ids are used by the cached files,
+:meth:`LookbackCache.compact` starts a new generation with only those ids and rewrites every cached
+file with the codes remapped (the fraud reports copied as they are), in a new directory published
+over this one in one exchange (:func:`pipeline.atomic.staged_dir`): a reader sees the old generation
+whole or the new one whole, and a kill before the exchange leaves the old one in place (its staging
+directory, a dot-name sibling, is removed by the next :meth:`LookbackCache.discard_before`). Codes
+change, the ids they stand for do not, so the kernel's values are the same.
 """
 
 from __future__ import annotations
@@ -45,10 +55,11 @@ import shutil
 from datetime import date
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.atomic import atomic_path
+from pipeline.atomic import atomic_path, staged_dir, temporary_path
 from pipeline.datasets.id_vocabulary import IdVocabulary
 
 VOCABULARY_FILE = "ids.arrow"
@@ -66,6 +77,14 @@ FRAUDS_FILE = "frauds.arrow"
 MATCHED_FILE = "fraud_payments.arrow"
 _EPOCH = date(1970, 1, 1)
 _META = b"lookback"
+CODE_COLUMNS = ("card", "merchant", "country")  # the coded columns of a date file
+# Compact when fewer than this share of the vocabulary's ids are used by the cached files. At one
+# half the vocabulary a night hashes (and rewrites, fsynced, when it grows) stays within about twice
+# the live set, and a compaction (rewriting the ~31 cached dates, about what a night with a cold
+# cache writes) comes at most once per half turnover of the card base: whatever the history, a
+# night's cost stays a small constant factor of the live set's. Lower saves compactions and lets
+# the vocabulary grow further; higher compacts for little gain.
+MIN_LIVE_SHARE = 0.5
 
 
 class LookbackCache:
@@ -155,19 +174,78 @@ class LookbackCache:
         meta = {"format": CACHE_FORMAT, "keys": {day.isoformat(): key for day, key in keys.items()}, **meta}
         _write_ipc(rows.cast(schema).replace_schema_metadata({_META: json.dumps(meta)}), self.root / name, durable=False)
 
-    def discard_before(self, day: date) -> list[Path]:
-        """Delete the date files before ``day`` and what killed writes left. Call while holding the raw
-        store's lock, as every writer does."""
+    def discard_before(self, day: date, *, min_live_share: float = MIN_LIVE_SHARE) -> list[Path]:
+        """Delete the date files before ``day`` and what killed writes and compactions left, then
+        compact the vocabulary when under ``min_live_share`` of it is live (:meth:`compact`).
+        Returns the paths deleted. Call while holding the raw store's lock, as every writer does."""
+        staging_names = temporary_path(self.root).name.rsplit("-", 1)[0] + "-*"  # any process's
+        leftovers = list(self.root.parent.glob(staging_names))
+        for path in leftovers:  # a compaction killed before its exchange: the old generation is in place
+            shutil.rmtree(path, ignore_errors=True)
         if not self.root.is_dir():
-            return []
+            return leftovers
         old = [p for p in self.root.glob("date=*.arrow") if date.fromisoformat(p.name[5:15]) < day]
-        leftovers = [p for p in self.root.iterdir() if p.name.startswith(".")]
+        leftovers += [p for p in self.root.iterdir() if p.name.startswith(".")]
         for path in old + leftovers:
             if path.is_dir():
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 path.unlink(missing_ok=True)
+        self.compact(min_live_share=min_live_share)
         return old + leftovers
+
+    def live_ids(self, vocabulary: IdVocabulary) -> np.ndarray:
+        """A bool mask over ``vocabulary``'s codes: those some cached file of its generation uses
+        (null's code always)."""
+        return _live_mask(len(vocabulary), *self._coded_files(vocabulary))
+
+    def compact(self, *, min_live_share: float = MIN_LIVE_SHARE) -> IdVocabulary | None:
+        """When under ``min_live_share`` of the stored vocabulary's ids are live (:meth:`live_ids`),
+        replace the cache by a new generation: the live ids only, every file of the old generation
+        rewritten with its codes remapped (files of another generation, misses anyway, dropped), the
+        fraud reports copied. Returns the new vocabulary, or None when it left the cache as it was
+        (``min_live_share`` 0: never, without reading the files). Atomic (the module doc); call while
+        holding the raw store's lock."""
+        if min_live_share <= 0 or not (self.root / VOCABULARY_FILE).is_file():
+            return None
+        vocabulary = self.read_vocabulary()
+        dated, matched = self._coded_files(vocabulary)
+        live = _live_mask(len(vocabulary), dated, matched)
+        if live.sum() >= min_live_share * len(vocabulary):
+            return None
+        compacted, remap = vocabulary.compacted(live)
+        with staged_dir(self.root) as staging:
+            new = LookbackCache(staging)
+            new.write_vocabulary(compacted)
+            for day, (table, key) in dated.items():
+                new.write_date(day, key, compacted, _remapped(table, remap))
+            if matched:
+                new.write_matched(_remapped(matched[0], remap), matched[1], compacted)
+            if (self.root / FRAUDS_FILE).is_file():
+                shutil.copyfile(self.root / FRAUDS_FILE, staging / FRAUDS_FILE)
+        return compacted
+
+    def _coded_files(self, vocabulary: IdVocabulary) -> tuple[dict[date, tuple[pa.Table, str]],
+                                                              tuple[pa.Table, dict[date, str]] | None]:
+        """``({day: (rows, key)}, (matches, keys) or None)``: the date files and the match file whose
+        codes hold under ``vocabulary`` (any key: the raw files are not consulted)."""
+        dated = {}
+        for path in sorted(self.root.glob("date=*.arrow")):
+            try:
+                meta = json.loads(_read_ipc(path).schema.metadata[_META])
+                day = date.fromisoformat(path.name[5:15])
+            except (OSError, pa.ArrowInvalid, KeyError, TypeError, ValueError):
+                continue
+            rows = self.read_date(day, meta.get("key"), vocabulary)
+            if rows is not None:
+                dated[day] = (rows, meta["key"])
+        try:
+            meta = json.loads(_read_ipc(self.root / MATCHED_FILE).schema.metadata[_META])
+            keys = {date.fromisoformat(day): key for day, key in meta["keys"].items()}
+        except (OSError, pa.ArrowInvalid, KeyError, TypeError, ValueError, AttributeError):
+            return dated, None
+        rows = self.read_matched(keys, vocabulary)
+        return dated, ((rows, keys) if rows.num_rows or keys else None)
 
 
 def _read_ipc(path: Path) -> pa.Table:
@@ -179,3 +257,24 @@ def _write_ipc(table: pa.Table, path: Path, *, durable: bool) -> None:
     with atomic_path(path, durable=durable) as tmp, pa.OSFile(str(tmp), "wb") as sink:
         with pa.ipc.new_file(sink, table.schema) as writer:
             writer.write_table(table)
+
+
+def _live_mask(size: int, dated: dict[date, tuple[pa.Table, str]], matched: tuple[pa.Table, dict] | None) -> np.ndarray:
+    """A bool mask over ``size`` codes: null's and those the coded columns of ``dated``'s and
+    ``matched``'s tables use."""
+    live = np.zeros(size, dtype=bool)
+    live[0] = True
+    for table in [table for table, _ in dated.values()] + ([matched[0]] if matched else []):
+        for name in CODE_COLUMNS:
+            if name in table.column_names:
+                live[table.column(name).to_numpy()] = True
+    return live
+
+
+def _remapped(table: pa.Table, remap: np.ndarray) -> pa.Table:
+    """``table`` with each coded column (:data:`CODE_COLUMNS`) mapped through ``remap``."""
+    for name in CODE_COLUMNS:
+        if name in table.column_names:
+            index = table.schema.get_field_index(name)
+            table = table.set_column(index, table.schema.field(index), pa.array(remap[table.column(name).to_numpy()]))
+    return table

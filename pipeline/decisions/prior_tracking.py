@@ -15,13 +15,15 @@ scores topic.
 Memory is constant in traffic: each day's scores are kept as a histogram of ``bins`` counts over
 log-odds in ``[-LOGIT_RANGE, LOGIT_RANGE]`` (a bin is ~0.02 log-odds wide at 1000 bins; EM on bin
 centres moves the estimate by ~1e-4 of the rate, measured in the tests), for ``lookback_days + 1``
-days. Until the lookback holds ``min_scores`` payments (a version just swapped in, a restart) the
-source prior stands: no correction. Pure apart from its lock.
+days, and at most :data:`MAX_CACHED_PRIORS` estimates whatever dates payments carry. Until the
+lookback holds ``min_scores`` payments (a version just swapped in, a restart) the source prior
+stands: no correction. Pure apart from its lock.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -34,6 +36,11 @@ from pipeline.decisions.prior_shift import MAX_ODDS_RATIO, PRIOR_STRENGTH, estim
 PriorMode = Literal["trailing_days", "off"]
 LOGIT_RANGE = 12.0  # scores beyond sigmoid(+-12) (~6e-6 from 0 or 1) fall in the end bins
 DAY_US = 86_400_000_000
+# Estimates kept per tracker, least recently asked dropped first. Live traffic asks for today and a
+# few days around it (payments dated late or early); a stream of far-off dates (clocks years off)
+# would otherwise add one entry per distinct date for the life of the service. An estimate dropped
+# is recomputed from the histograms (one EM over ``bins`` counts), so the bound costs only time.
+MAX_CACHED_PRIORS = 64
 
 
 @dataclass(frozen=True)
@@ -83,7 +90,8 @@ class LivePriorTracker:
         self._inner_edges = edges[1:-1]
         self._centres = 1.0 / (1.0 + np.exp(-(edges[:-1] + edges[1:]) / 2))
         self._days: dict[int, np.ndarray] = {}  # UTC day -> score histogram
-        self._priors: dict[int, float] = {}  # UTC day -> the estimate its payments are served at
+        # UTC day -> the estimate its payments are served at, least recently asked first
+        self._priors: OrderedDict[int, float] = OrderedDict()
         self._lock = threading.Lock()  # the scoring thread and /score/batch's threads both observe
 
     def observe(self, days: np.ndarray, scores: np.ndarray) -> None:
@@ -121,6 +129,10 @@ class LivePriorTracker:
             cached = self._priors.get(day)
             if cached is None:
                 cached = self._priors[day] = self._estimate(day)
+                if len(self._priors) > MAX_CACHED_PRIORS:
+                    self._priors.popitem(last=False)
+            else:
+                self._priors.move_to_end(day)
             return cached
 
     def _estimate(self, day: int) -> float:

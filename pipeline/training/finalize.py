@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import torch
 
-from models.fraud_mlp import save_model
+from models.fraud_mlp import FraudModel, save_model
 from pipeline.atomic import atomic_path, staged_dir
 from pipeline.datasets.manifest import DatasetManifest
 from pipeline.decisions.operating_points import (
@@ -27,12 +27,19 @@ from pipeline.decisions.operating_points import (
     write_operating_points,
 )
 from pipeline.training.blend import blend_network
-from pipeline.training.calibration import apply_calibration, fit_calibration
+from pipeline.training.calibration import Calibration, apply_calibration, fit_calibration
 from pipeline.training.checkpoint import Checkpointer
 from pipeline.training.config import BlendConfig, CompressionConfig
-from pipeline.training.evaluate import score_split, scores_table, split_metrics
+from pipeline.training.evaluate import ScoredSplit, score_split, scores_table, split_metrics
 from pipeline.training.export import load_checkpoint_model
-from pipeline.training.run_dir import COMPLETED, CompressionSummary, DatasetRef, RunDir, RunSummary
+from pipeline.training.run_dir import (
+    COMPLETED,
+    BlendSummary,
+    CompressionSummary,
+    DatasetRef,
+    RunDir,
+    RunSummary,
+)
 
 
 @dataclass(frozen=True)
@@ -75,6 +82,39 @@ def finalize_run(run: RunDir, checkpointer: Checkpointer, dataset_root: Path, ma
     ``summary.json`` (last: its presence means the run finished).
     Returns the summary written.
     """
+    calibrated = calibrate_best(checkpointer, dataset_root, manifest, blend, seed)
+    metrics = split_metrics(calibrated.scored, loss_fn, calibrated.calibration.temperature,
+                            calibrated.calibration.logit_shift)
+    probs = calibrated.probabilities()
+    publish_model(run, calibrated.model, calibrated.scored.labels, probs, budget)
+    with atomic_path(run.validation_scores) as tmp:
+        pq.write_table(scores_table(calibrated.scored, probs), tmp)
+    summary = run_summary(run, checkpointer, manifest, outcome, calibrated, metrics)
+    run.write_summary(summary)
+    return summary
+
+
+@dataclass(frozen=True)
+class CalibratedBest:
+    """The best weights calibrated on validation: the model (calibration applied), its validation
+    scores (log-odds before calibration; the blend's when blended), the calibration, the blend's report."""
+
+    model: FraudModel
+    scored: ScoredSplit
+    calibration: Calibration
+    blended: BlendSummary | None
+
+    def probabilities(self) -> np.ndarray:
+        """Calibrated validation probabilities (float64)."""
+        logits = torch.from_numpy(self.scored.logits).double()
+        return torch.sigmoid((logits + self.calibration.logit_shift) / self.calibration.temperature).numpy()
+
+
+def calibrate_best(checkpointer: Checkpointer, dataset_root: Path, manifest: DatasetManifest,
+                   blend: BlendConfig | None, seed: int) -> CalibratedBest:
+    """Score ``best/`` on validation, fit the calibration (stacked with a LightGBM booster when
+    ``blend.gbm``), republish ``best/`` with it (``calibration.pt``, ``gbm.*``) and apply it to the model.
+    Idempotent: the stored calibration is ignored and refitted from the same best weights."""
     model = load_checkpoint_model(checkpointer.best, apply_stored_calibration=False)
     model.gbm = None  # refitted below (a restart finalises again from the same best weights)
     scored = score_split(model, dataset_root, manifest, "validation", 0, 1, torch.device("cpu"))
@@ -86,26 +126,34 @@ def finalize_run(run: RunDir, checkpointer: Checkpointer, dataset_root: Path, ma
         scored = dataclasses.replace(scored, logits=logits)  # the blend's log-odds on the network's scale
     checkpointer.save_calibrated(calibration.temperature, calibration.logit_shift, model.gbm)
     apply_calibration(model, calibration)
-    calibrated = split_metrics(scored, loss_fn, calibration.temperature, calibration.logit_shift)
-    probs = torch.sigmoid((torch.from_numpy(scored.logits).double() + calibration.logit_shift)
-                          / calibration.temperature).numpy()
-    with staged_dir(run.model) as staging:  # a reader of model/ finds weights with their own thresholds
+    return CalibratedBest(model, scored, calibration, blended)
+
+
+def publish_model(run: RunDir, model: FraudModel, labels: np.ndarray, probs: np.ndarray,
+                  budget: DecisionBudget) -> None:
+    """Publish ``run.model`` whole: the calibrated weights and the operating points of ``budget``
+    chosen on the validation ``probs``, so a reader of model/ finds weights with their own thresholds."""
+    with staged_dir(run.model) as staging:
         save_model(model, staging)
-        write_operating_points(staging, choose_operating_points(scored.labels, probs, budget))
-    with atomic_path(run.validation_scores) as tmp:
-        pq.write_table(scores_table(scored, probs), tmp)
+        write_operating_points(staging, choose_operating_points(labels, probs, budget))
+
+
+def run_summary(run: RunDir, checkpointer: Checkpointer, manifest: DatasetManifest, outcome: TrainingOutcome,
+                calibrated: CalibratedBest, metrics: dict[str, float]) -> RunSummary:
+    """The run's summary (finished now): the loop's ``outcome``, the calibration and the calibrated
+    validation ``metrics`` (the best metrics when validation was off during training). Pure but for the clock."""
     rss = [r["peak_rss_mb"] for r in outcome.rank_stats]
     finished_at = time.time()
-    summary = RunSummary(
+    return RunSummary(
         status=COMPLETED,
         run_name=run.name,
         global_step=outcome.global_step,
         epochs=outcome.epochs,
         best_epoch=outcome.best_epoch,
-        best_metrics=dict(outcome.best_metrics or calibrated),
-        temperature=calibration.temperature,
-        logit_shift=calibration.logit_shift,
-        calibrated_ece=calibrated["ece"],
+        best_metrics=dict(outcome.best_metrics or metrics),
+        temperature=calibrated.calibration.temperature,
+        logit_shift=calibrated.calibration.logit_shift,
+        calibrated_ece=metrics["ece"],
         bytes_sent_total=outcome.bytes_sent_total,
         bytes_dense_total=outcome.bytes_dense_total,
         compression=compression_summary(outcome.compression),
@@ -125,8 +173,6 @@ def finalize_run(run: RunDir, checkpointer: Checkpointer, dataset_root: Path, ma
         checkpoint_dir=str(checkpointer.directory),
         model_dir=str(run.model),
         dataset=DatasetRef(manifest.dataset, manifest.version, manifest.content_hash),
-        validation_rows=int(np.asarray(scored.labels).size),
-        blend=blended,
+        validation_rows=int(np.asarray(calibrated.scored.labels).size),
+        blend=calibrated.blended,
     )
-    run.write_summary(summary)
-    return summary

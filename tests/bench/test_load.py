@@ -79,3 +79,15 @@ def test_closed_loop_gives_up_at_max_factor_times_the_bodies(server):
     result = load.closed_loop("127.0.0.1", server.server_port, "/score", _bodies([{}] * 5), concurrency=2,
                               more=lambda _: True, max_factor=3)
     assert result["requests"] == 15 and result["errors"] == 0
+
+
+def test_open_loop_sends_each_body_at_its_rate_and_counts_errors(server):
+    bodies = _bodies([{}] * 37 + [{"fail": True}] * 3)
+    result = load.open_loop("127.0.0.1", server.server_port, "/score", bodies, rate=200.0, keep_samples=True)
+    assert result["requests"] == 40 and result["errors"] == 3 and result["error_statuses"] == {"500": 3}
+    assert not result["gave_up"] and 1 <= result["connections"] <= 40
+    assert 0 < result["p50_ms"] <= result["p99_ms"] <= result["p99_9_ms"]
+    assert result["achieved_rps"] <= 200.0 * 1.1  # paced, not as fast as the server answers
+    due = [s[0] for s in result["samples"]]
+    assert len(due) == 40 and sorted(due) == pytest.approx([i / 200.0 for i in range(40)])
+    assert sorted(s[2] for s in result["samples"]) == [200] * 37 + [500] * 3

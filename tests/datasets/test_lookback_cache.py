@@ -1,5 +1,7 @@
-"""The lookback cache and its id vocabulary: codes never move once given, a date file is trusted
-only for the raw files and vocabulary it was coded with, and a killed write publishes nothing."""
+"""The lookback cache and its id vocabulary: codes never move once given (but in a compaction, which
+starts a new generation and rewrites every cached file to the same ids), a date file is trusted only
+for the raw files and vocabulary it was coded with, a killed write or compaction publishes nothing,
+and the vocabulary stays within a small multiple of the live ids however often the card base turns over."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from pipeline.bench.lookback_vocabulary import LOOKBACK_DAYS, Turnover, play_nights
 from pipeline.datasets import lookback_cache as lookback_cache_module
 from pipeline.datasets.id_vocabulary import NULL_CODE, IdVocabulary
 from pipeline.datasets.lookback_cache import (
@@ -137,3 +140,103 @@ def test_matched_payments_hold_for_their_payment_dates_files_and_vocabulary(tmp_
     assert cache.read_matched(keys, IdVocabulary.start()).num_rows == 0  # codes of another generation
     shorter = IdVocabulary(vocabulary.generation, vocabulary.values.slice(0, 2))
     assert cache.read_matched(keys, shorter).num_rows == 0  # its codes reach past this one
+
+
+def _decoded(table: pa.Table, vocabulary: IdVocabulary, columns=("card", "merchant", "country")) -> dict:
+    return {name: vocabulary.values.take(table.column(name).combine_chunks()).to_pylist() for name in columns}
+
+
+def _cache_with_dead_ids(tmp_path: Path) -> tuple[LookbackCache, IdVocabulary, dict]:
+    """A cache whose vocabulary holds 100 ids of which its files use 10: two dates, matches, reports."""
+    cache = LookbackCache(tmp_path)
+    vocabulary = IdVocabulary.start().code(pa.array([f"id-{i}" for i in range(100)]))[1]
+    cache.write_vocabulary(vocabulary)
+    dates = {}
+    for day, offset in ((DAY, 3), (date(2026, 2, 4), 50)):
+        codes = pa.array(np.array([offset, offset + 2, 0, offset + 4, offset], np.int32))  # one null
+        dates[day] = pa.Table.from_arrays([pa.array([f"tx-{offset}-{i}" for i in range(5)]), codes, codes, codes,
+                                           pa.array(np.arange(5, dtype=np.int64)), pa.array(np.ones(5))],
+                                          schema=CODED_SCHEMA)
+        cache.write_date(day, f"raw-{offset}", vocabulary, dates[day])
+    matched = pa.Table.from_arrays([_days(DAY), pa.array(["tx-3-0"]), pa.array([90], pa.int32()),
+                                    pa.array([0], pa.int64())], schema=MATCHED_SCHEMA)
+    cache.write_matched(matched, {DAY: "raw-3"}, vocabulary)
+    cache.write_frauds(pa.Table.from_arrays([_days(DAY), pa.array(["tx-3-0"]), pa.array([7], pa.int64())],
+                                            schema=FRAUD_SCHEMA), {DAY: "labels-1"})
+    return cache, vocabulary, {"dates": dates, "matched": matched}
+
+
+def test_compaction_keeps_the_ids_of_every_cached_file_and_drops_the_rest(tmp_path):
+    cache, vocabulary, stored = _cache_with_dead_ids(tmp_path / "_lookback")
+    frauds_before = (cache.root / FRAUDS_FILE).read_bytes()
+    assert cache.live_ids(vocabulary).sum() == 1 + 6 + 1  # null, 3 per date, the matched merchant
+    compacted = cache.compact(min_live_share=0.5)
+    assert compacted is not None and compacted.generation != vocabulary.generation and len(compacted) == 8
+    assert cache.read_vocabulary().values.equals(compacted.values)
+    for day, offset in ((DAY, 3), (date(2026, 2, 4), 50)):
+        assert cache.read_date(day, f"raw-{offset}", vocabulary) is None  # old codes: another generation
+        rows = cache.read_date(day, f"raw-{offset}", compacted)
+        assert _decoded(rows, compacted) == _decoded(stored["dates"][day], vocabulary)  # the same ids
+        assert rows.drop_columns(["card", "merchant", "country"]).equals(
+            stored["dates"][day].drop_columns(["card", "merchant", "country"]))
+    matched = cache.read_matched({DAY: "raw-3"}, compacted)
+    assert _decoded(matched, compacted, ["merchant"]) == _decoded(stored["matched"], vocabulary, ["merchant"])
+    assert (cache.root / FRAUDS_FILE).read_bytes() == frauds_before
+    assert not [p for p in tmp_path.iterdir() if p.name != "_lookback"]  # no staging directory left
+
+
+def test_compaction_waits_until_the_live_share_falls_under_the_bound(tmp_path):
+    cache, vocabulary, _ = _cache_with_dead_ids(tmp_path / "_lookback")
+    assert cache.compact(min_live_share=0.05) is None  # 8 of 101 live: over 5%
+    assert cache.read_vocabulary().generation == vocabulary.generation
+    assert lookback_cache_module.MIN_LIVE_SHARE == 0.5
+    cache.discard_before(DAY)  # the nightly call compacts at the default bound
+    assert len(cache.read_vocabulary()) == 8
+
+
+def test_a_compaction_killed_before_its_exchange_leaves_the_old_generation_usable(tmp_path, monkeypatch):
+    cache, vocabulary, stored = _cache_with_dead_ids(tmp_path / "_lookback")
+    writes = []
+    new_file = pa.ipc.new_file
+
+    def killed_on_the_third_file(sink, schema, **kwargs):
+        writes.append(schema)
+        if len(writes) == 3:
+            raise KeyboardInterrupt("killed while compacting")
+        return new_file(sink, schema, **kwargs)
+
+    monkeypatch.setattr(lookback_cache_module.pa.ipc, "new_file", killed_on_the_third_file)
+    with pytest.raises(KeyboardInterrupt):
+        cache.compact(min_live_share=0.5)
+    monkeypatch.undo()
+    assert cache.read_vocabulary().values.equals(vocabulary.values)
+    assert cache.read_vocabulary().generation == vocabulary.generation
+    assert cache.read_date(DAY, "raw-3", vocabulary).equals(stored["dates"][DAY])
+    assert cache.read_matched({DAY: "raw-3"}, vocabulary).equals(stored["matched"])
+    killed = tmp_path / "._lookback.tmp-999999"  # what a SIGKILL (no cleanup) would leave
+    killed.mkdir()
+    (killed / "ids.arrow").write_bytes(b"half")
+    removed = cache.discard_before(DAY, min_live_share=0.0)
+    assert killed in removed and not killed.exists()
+    assert cache.read_date(DAY, "raw-3", cache.read_vocabulary()).equals(stored["dates"][DAY])
+
+
+def test_after_ten_turnovers_of_the_card_base_the_vocabulary_stays_near_the_live_set(tmp_path):
+    base = Turnover(cards=300, payments_per_day=300, turnover_days=10, merchants=50)  # ~1,200 cards live
+    nights = play_nights(tmp_path, base, turnovers=10, hash_once=False)
+    settled = nights[LOOKBACK_DAYS + 1:]
+    assert max(n.vocabulary_ids / n.live_ids for n in settled) <= 2.5  # compacts under 1/2 live, plus a night's ids
+    without = play_nights(tmp_path / "never", base, turnovers=10, min_live_share=0.0)
+    assert without[-1].vocabulary_ids > 3 * without[-1].live_ids  # what the bound prevents
+
+
+def test_coding_several_columns_at_once_equals_coding_them_in_turn():
+    vocabulary = IdVocabulary.start().code(pa.array(["a", "b"]))[1]
+    columns = [pa.chunked_array([["c", "a"], [None, "d"]]), pa.array(["d", "e", "b"]), pa.array([], pa.string())]
+    together, grown = vocabulary.code_columns(*columns)
+    in_turn, step = [], vocabulary
+    for column in columns:
+        codes, step = step.code(column)
+        in_turn.append(codes)
+    assert [c.tolist() for c in together] == [c.tolist() for c in in_turn]
+    assert grown.values.equals(step.values) and grown.generation == vocabulary.generation

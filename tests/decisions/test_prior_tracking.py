@@ -8,7 +8,13 @@ import pytest
 
 from pipeline.config import ConfigError
 from pipeline.decisions.prior_shift import estimate_prior, prior_corrected_scores
-from pipeline.decisions.prior_tracking import DAY_US, LivePriorTracker, PriorTrackingConfig, utc_day
+from pipeline.decisions.prior_tracking import (
+    DAY_US,
+    MAX_CACHED_PRIORS,
+    LivePriorTracker,
+    PriorTrackingConfig,
+    utc_day,
+)
 from tests.decisions.test_prior_shift import _calibrated_sample
 
 SOURCE = 0.04
@@ -83,3 +89,21 @@ def test_one_payment_dated_far_ahead_does_not_push_the_real_days_out():
     tracker.observe(np.full(3000, DAY0 + 1), high)
     assert tracker.prior(DAY0 + 2) > 0.08  # both real days still behind it
     assert len(tracker._days) <= 3
+
+
+def test_estimates_kept_stay_bounded_whatever_dates_are_asked_for():
+    # Payments dated all over (clocks off, replays) each ask for their day's prior: the tracker keeps
+    # at most MAX_CACHED_PRIORS estimates, the most recently asked, and recomputes a dropped one.
+    rng = np.random.default_rng(6)
+    _, high = _calibrated_sample(rng, 3000, 0.12, source_prior=SOURCE)
+    tracker = LivePriorTracker(SOURCE, PriorTrackingConfig(lookback_days=2, min_scores=1000))
+    tracker.observe(np.full(3000, DAY0), high)
+    today = tracker.prior(DAY0 + 1)
+    assert today > 0.08
+    for day in range(DAY0 + 2, DAY0 + 2 + 10 * MAX_CACHED_PRIORS):
+        tracker.prior(day)
+        tracker.prior(DAY0 + 1)  # asked all along: never the one dropped
+    assert len(tracker._priors) == MAX_CACHED_PRIORS
+    assert DAY0 + 1 in tracker._priors and DAY0 + 2 not in tracker._priors
+    assert tracker.prior(DAY0 + 2) == today  # dropped, recomputed from the same histograms
+    assert tracker.probabilities([0.3, 0.3], [DAY0 + 1, 1_000_000]) == [tracker.probability(0.3, DAY0 + 1), 0.3]
