@@ -40,6 +40,7 @@ week (the holdout every model is judged on):
 from __future__ import annotations
 
 import tempfile
+from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -164,7 +165,7 @@ def _monitored_days(frame: pd.DataFrame, flagged: np.ndarray, expected: float, c
         served = {n: frame.loc[rows, n].to_numpy(np.float64) for n in training}
         drift = feature_psi(training, served, categorical, config.feature_bins)
         entry = judge_day(day, frauds, recall, expected, config,
-                          broken_inputs(training, served, config.stuck_feature_share, config.segment_feature,
+                          broken_inputs(training, served, config.stuck_feature_share, config.segment_features,
                                         config.segment_kept),
                           out_of_range_features(training, served, config.range_features, config.out_of_range_share))
         history.append(entry)
@@ -241,53 +242,43 @@ def _degradations(week: LiveWeek | None, stuck: tuple[str, float], judge) -> dic
             "recomputed_control_false_alarm_days": sum(d["state"] == "degraded" for d in control_days)}
 
 
+@dataclass(frozen=True)
+class _Scored:
+    """Both models trained on a portfolio, with their operating points and holdout scores."""
+
+    run: RunDir  # ours
+    ours_points: OperatingPoints
+    ours: np.ndarray
+    gbm_points: OperatingPoints
+    gbm: np.ndarray
+
+
+@dataclass(frozen=True)
+class _Monitored:
+    """The monitor's judgement of ours on the holdout, healthy and with one feature stuck."""
+
+    stuck: tuple[str, float]  # the feature stuck at its training median, and that median
+    days: list[dict[str, Any]]  # each day with the feature stuck
+    healthy_days: list[dict[str, Any]]
+    first_matured_day: int | None  # the first stuck day past insufficient evidence (1-based)
+    injected: dict[str, Any]  # the injected degradations (:func:`_degradations`)
+
+
 def run_portfolio(portfolio: BenchPortfolio, quick: bool, workdir: Path, budget: DecisionBudget,
                   monitoring: MonitoringConfig, decision: DecisionConfig) -> dict[str, Any]:
+    """One portfolio's figures: both models at the budget (fixed thresholds, as served, absolute
+    thresholds), and the monitor against a stuck feature and the injected degradations."""
     holdout = portfolio.data.holdout
-    manifest = holdout.manifest
-    splits = {name: read_split(portfolio.data.root, manifest, name) for name in ("train", "validation")}
-    labels = holdout.labels
-    run, _ = train_ours(portfolio, workdir, SEED, quick)
-    ours_points = read_operating_points(run.model)
-    ours = score_frame(run, holdout.frame)
-    booster = fit_lightgbm(manifest, splits, SEED, quick)
-    gbm_points = choose_operating_points(splits["validation"][manifest.label_column].to_numpy(),
-                                         lightgbm_predict(booster, manifest, splits["validation"]), budget)
-    gbm = lightgbm_predict(booster, manifest, holdout.frame)
-    models = {"ours": _at_budget(labels, ours, ours_points, budget),
-              "lightgbm": _at_budget(labels, gbm, gbm_points, budget)}
-    served = {"ours": _served(holdout.frame, ours, ours_points, decision.review_tracking),
-              "lightgbm": _served(holdout.frame, gbm, gbm_points, decision.review_tracking)}
-    for name, figures in served.items():
-        models[name]["served"] = figures
+    splits = {name: read_split(portfolio.data.root, holdout.manifest, name) for name in ("train", "validation")}
+    scored = _score_both(portfolio, splits, workdir, budget, quick)
+    models, served = _at_budget_both(holdout.frame, holdout.labels, scored, budget, decision.review_tracking)
     absolute = (decision.review_threshold, decision.block_threshold)
-    flagged_abs = {name: float(np.mean(s >= absolute[0])) for name, s in (("ours", ours), ("lightgbm", gbm))}
-
-    expected = ours_points.validation.recall
-    stuck_name, stuck_value = _stuck_feature(run, splits["validation"], splits["train"],
-                                             tuple(manifest.numeric_features), budget)
-    stuck_scores = score_frame(run, holdout.frame.assign(**{stuck_name: stuck_value}))
-    frame = holdout.frame.assign(label=labels)
-    tracking = decision.review_tracking
-    sample = splits["train"].sample(min(len(splits["train"]), monitoring.feature_sample_rows), random_state=SEED)
-    columns = [*manifest.numeric_features, *manifest.categorical_features]
-    training = {n: sample[n].to_numpy(np.float64) for n in columns}
-    categorical = set(manifest.categorical_features)
-    healthy_days = _monitored_days(frame, _served_flags(frame, ours, ours_points, tracking)[0], expected, monitoring,
-                                   training, categorical)
-    degraded_days = _monitored_days(frame.assign(**{stuck_name: stuck_value}),
-                                    _served_flags(frame, stuck_scores, ours_points, tracking)[0], expected,
-                                    monitoring, training, categorical)
-    first_matured = next((i + 1 for i, d in enumerate(degraded_days) if d["state"] != "insufficient_evidence"), None)
-
-    def judge(served_frame: pd.DataFrame) -> tuple[list[dict[str, Any]], np.ndarray]:
-        flags = _served_flags(served_frame, score_frame(run, served_frame), ours_points, tracking)[0]
-        return _monitored_days(served_frame, flags, expected, monitoring, training, categorical), flags
-
-    injected = _degradations(_live_week(portfolio, quick, frame), (stuck_name, stuck_value), judge)
+    flagged_abs = {name: float(np.mean(s >= absolute[0])) for name, s in (("ours", scored.ours), ("lightgbm", scored.gbm))}
+    monitored = _monitored(portfolio, splits, scored, budget, monitoring, decision.review_tracking, quick)
+    (stuck_name, stuck_value), healthy_days = monitored.stuck, monitored.healthy_days
     return {
         "name": portfolio.name, "source": portfolio.source, "rows": int(len(holdout.frame)),
-        "frauds": int(labels.sum()), "test_week": [holdout.window.start, holdout.window.end],
+        "frauds": int(holdout.labels.sum()), "test_week": [holdout.window.start, holdout.window.end],
         "review_budget": budget.review_rate,
         "realised_review_rate": served["ours"]["review_rate"],
         "realised_review_rate_vs_budget": served["ours"]["review_rate"] / budget.review_rate,
@@ -304,16 +295,72 @@ def run_portfolio(portfolio: BenchPortfolio, quick: bool, workdir: Path, budget:
                                 "flagged_share": flagged_abs},
         "degradation": {"kind": f"feature {stuck_name} stuck at its training median {stuck_value:.6g} in serving "
                                 "(decided as served: the review threshold tracked on the stuck scores)",
-                        "expected_recall": expected, "recall_margin": monitoring.recall_margin,
+                        "expected_recall": scored.ours_points.validation.recall,
+                        "recall_margin": monitoring.recall_margin,
                         "confidence": monitoring.confidence, "stuck_feature_share": monitoring.stuck_feature_share,
                         "degraded_after_days": monitoring.degraded_after_days, "min_frauds": monitoring.min_frauds,
-                        "days": degraded_days, "healthy_days": healthy_days},
-        "detected_after_days": _first_degraded(degraded_days),
-        "first_matured_day": first_matured,
+                        "days": monitored.days, "healthy_days": healthy_days},
+        "detected_after_days": _first_degraded(monitored.days),
+        "first_matured_day": monitored.first_matured_day,
         "false_alarm_days": sum(d["state"] == "degraded" for d in healthy_days),
         "healthy_days": len(healthy_days),
-        **injected,
+        **monitored.injected,
     }
+
+
+def _score_both(portfolio: BenchPortfolio, splits: dict[str, pd.DataFrame], workdir: Path, budget: DecisionBudget,
+                quick: bool) -> _Scored:
+    """Train ours (its operating points are the run's) and fit LightGBM (operating points of ``budget``
+    chosen on its validation scores, as ours are); score the holdout with both."""
+    holdout, manifest = portfolio.data.holdout, portfolio.data.holdout.manifest
+    run, _ = train_ours(portfolio, workdir, SEED, quick)
+    ours_points = read_operating_points(run.model)
+    ours = score_frame(run, holdout.frame)
+    booster = fit_lightgbm(manifest, splits, SEED, quick)
+    gbm_points = choose_operating_points(splits["validation"][manifest.label_column].to_numpy(),
+                                         lightgbm_predict(booster, manifest, splits["validation"]), budget)
+    return _Scored(run, ours_points, ours, gbm_points, lightgbm_predict(booster, manifest, holdout.frame))
+
+
+def _at_budget_both(frame: pd.DataFrame, labels: np.ndarray, scored: _Scored, budget: DecisionBudget,
+                    tracking: ReviewTrackingConfig) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """``(models, served)``: each model's figures at the budget on the holdout with its fixed
+    thresholds (``served`` included under "served"), and as the service decides it (tracked threshold)."""
+    models = {"ours": _at_budget(labels, scored.ours, scored.ours_points, budget),
+              "lightgbm": _at_budget(labels, scored.gbm, scored.gbm_points, budget)}
+    served = {"ours": _served(frame, scored.ours, scored.ours_points, tracking),
+              "lightgbm": _served(frame, scored.gbm, scored.gbm_points, tracking)}
+    for name, figures in served.items():
+        models[name]["served"] = figures
+    return models, served
+
+
+def _monitored(portfolio: BenchPortfolio, splits: dict[str, pd.DataFrame], scored: _Scored, budget: DecisionBudget,
+               monitoring: MonitoringConfig, tracking: ReviewTrackingConfig, quick: bool) -> _Monitored:
+    """The monitor on ours, day by day: the healthy holdout, the holdout with the numeric feature
+    whose stuck value hurts recall most stuck at its training median, and the injected degradations."""
+    holdout, manifest, run = portfolio.data.holdout, portfolio.data.holdout.manifest, scored.run
+    expected = scored.ours_points.validation.recall
+    stuck_name, stuck_value = _stuck_feature(run, splits["validation"], splits["train"],
+                                             tuple(manifest.numeric_features), budget)
+    stuck_scores = score_frame(run, holdout.frame.assign(**{stuck_name: stuck_value}))
+    frame = holdout.frame.assign(label=holdout.labels)
+    sample = splits["train"].sample(min(len(splits["train"]), monitoring.feature_sample_rows), random_state=SEED)
+    training = {n: sample[n].to_numpy(np.float64) for n in [*manifest.numeric_features, *manifest.categorical_features]}
+    categorical = set(manifest.categorical_features)
+    healthy_days = _monitored_days(frame, _served_flags(frame, scored.ours, scored.ours_points, tracking)[0],
+                                   expected, monitoring, training, categorical)
+    degraded_days = _monitored_days(frame.assign(**{stuck_name: stuck_value}),
+                                    _served_flags(frame, stuck_scores, scored.ours_points, tracking)[0], expected,
+                                    monitoring, training, categorical)
+    first_matured = next((i + 1 for i, d in enumerate(degraded_days) if d["state"] != "insufficient_evidence"), None)
+
+    def judge(served_frame: pd.DataFrame) -> tuple[list[dict[str, Any]], np.ndarray]:
+        flags = _served_flags(served_frame, score_frame(run, served_frame), scored.ours_points, tracking)[0]
+        return _monitored_days(served_frame, flags, expected, monitoring, training, categorical), flags
+
+    injected = _degradations(_live_week(portfolio, quick, frame), (stuck_name, stuck_value), judge)
+    return _Monitored((stuck_name, stuck_value), degraded_days, healthy_days, first_matured, injected)
 
 
 def _degradation_goals(d: dict[str, Any]) -> dict[str, bool]:

@@ -19,9 +19,9 @@ from pipeline.features import definitions as fd
 class MonitoringConfig:
     # degraded: realised recall at the operating points below (expected recall - recall_margin) ...
     recall_margin: float = 0.1
-    # ... with this confidence: the day's recall counts as below when its one-sided upper bound (Wilson,
-    # over the day's matured frauds) is below the floor, so a day of few frauds needs a clearer drop;
-    # 0 compares the point estimate alone
+    # ... with this confidence: the day's recall counts as below when its one-sided upper bound (exact
+    # binomial, over the day's matured frauds) is below the floor, so a day of few frauds needs a clearer
+    # drop; 0 compares the point estimate alone
     confidence: float = 0.0
     # ... on this many monitored days in a row (days with too few frauds are skipped, not counted)
     degraded_after_days: int = 3
@@ -39,13 +39,14 @@ class MonitoringConfig:
     # version is degraded that day whatever its recall, without waiting for labels (0: off). Not a
     # PSI bound: count features of a growing portfolio drift far (PSI ~6 in the bench) and are fine.
     stuck_feature_share: float = 0.0
-    # a served feature broken within one segment: in the payments of one value of this code feature
-    # ("channel_code": one channel), the share of its values other than the most common one is at most
-    # segment_kept times that share in the same segment of training, and so far below it that chance
-    # does that about once in 10,000 (pipeline.monitoring.drift.collapsed): a source stuck, or answering
-    # a default, behind one integration path, which the whole day dilutes below stuck_feature_share;
-    # degraded like a stuck feature. "" or 0: not looked for
-    segment_feature: str = ""
+    # a served feature broken within one segment: in the payments of one value of one of these code
+    # features ("channel_code": one channel; "mcc_code": one merchant category), the share of its values
+    # other than the most common one is at most segment_kept times that share in the same segment of
+    # training, and so far below it that chance does that about once in 100 days over all the segments
+    # and features judged (pipeline.monitoring.drift.segment_collapses): a source stuck, or answering a
+    # default, behind one integration path, which the whole day dilutes below stuck_feature_share;
+    # degraded like a stuck feature. () or 0: not looked for
+    segment_features: tuple[str, ...] = ()
     segment_kept: float = 0.0
     # served values outside the training sample's 0.1% .. 99.9% quantiles on more than this share of the
     # day's payments, for a feature in range_features, are a broken input (amounts in minor units, a
@@ -72,9 +73,10 @@ class MonitoringConfig:
             problems.append("score_psi_warn and feature_psi_warn must be > 0")
         if self.stuck_feature_share != 0.0 and not 0.5 < self.stuck_feature_share <= 1.0:
             problems.append(f"stuck_feature_share must be 0 (off) or in (0.5, 1], got {self.stuck_feature_share}")
-        if self.segment_feature and self.segment_feature not in fd.CATEGORICAL_FEATURES:
-            problems.append(f"segment_feature must be \"\" (off) or a code feature "
-                            f"({', '.join(fd.CATEGORICAL_FEATURES)}), got {self.segment_feature!r}")
+        not_codes = sorted(set(self.segment_features) - set(fd.CATEGORICAL_FEATURES))
+        if not_codes:
+            problems.append(f"segment_features must be code features ({', '.join(fd.CATEGORICAL_FEATURES)}), "
+                            f"unknown: {', '.join(not_codes)}")
         if not 0.0 <= self.segment_kept < 1.0:
             problems.append(f"segment_kept must be in [0, 1) (0: off), got {self.segment_kept}")
         unknown = sorted(set(self.range_features) - set(fd.NUMERIC_FEATURES))

@@ -88,9 +88,16 @@ RANGE_TAIL = 0.001  # a feature's range: its reference's 0.1% .. 99.9% quantiles
 SEGMENT_MARK = "@"  # a feature broken within one segment is named "<feature>@<segment>=<code>"
 STUCK_MARGIN = 0.1  # training's most common value must be this much rarer than the stuck share
 MIN_STUCK_ROWS = 200  # fewer served rows: a feature can repeat one value by chance
-# A collapse this likely by chance or less is one: ~100 features x segments are judged a day, so about
-# one chance alarm in 100 days.
-COLLAPSE_CHANCE = 1e-4
+# A merchant's features take one value for all its payments in a window, so within a segment the
+# independent draws of them are merchants, not payments: a merchant category or a country whose few
+# merchants had no recent fraud report shows merchant_fraud_rate_1d "collapsed" to 0 on healthy days
+# (the quick default bench: 6 of 7 days; one channel of it too). Not judged within segments (the
+# whole-day rule still sees them stuck) until the rule can count merchants.
+PER_MERCHANT_FEATURES = frozenset(name(d) for d in fd.MERCHANT_WINDOWS_DAYS
+                                  for name in (fd.merchant_count, fd.merchant_fraud_rate))
+# Chance collapses allowed a day over every (segment, feature) judged: about one chance alarm in 100
+# days, whether one code feature segments the day (~150 judgements) or all of them (~1,500 at full size).
+SEGMENT_DAILY_CHANCE = 0.01
 
 
 def top_value_share(values: np.ndarray) -> float:
@@ -134,10 +141,24 @@ def binomial_at_most(k: int, n: int, p: float) -> float:
     return min(1.0, math.exp(top) * sum(math.exp(t - top) for t in log_terms))
 
 
-def collapsed(reference: np.ndarray, current: np.ndarray, kept: float) -> bool:
+def binomial_upper_bound(successes: int, trials: int, confidence: float) -> float:
+    """One-sided exact (Clopper-Pearson) upper confidence bound of a binomial rate: the rate ``p`` at
+    which ``successes`` or fewer of ``trials`` has probability ``1 - confidence``; 1.0 for no trials
+    or all successes. Unlike Wilson's it holds at the few events a monitored day may have: for 0 of 6
+    Wilson gives 0.31 at 95%, while 0 of 6 happens 7% of the time at a rate of 0.36 (exact: 0.39)."""
+    if trials <= 0 or successes >= trials:
+        return 1.0
+    low, high = successes / trials, 1.0
+    for _ in range(50):  # bisection: the tail falls as p rises; 2^-50 is far below any reported digit
+        mid = (low + high) / 2
+        low, high = (mid, high) if binomial_at_most(successes, trials, mid) > 1.0 - confidence else (low, mid)
+    return high
+
+
+def collapsed(reference: np.ndarray, current: np.ndarray, kept: float, chance: float = 1e-4) -> bool:
     """Whether ``current`` lost its variety to one value: the share of values other than its most
     common one is at most ``kept`` times that share in ``reference``, and so far below it that
-    chance gives that once in 1/COLLAPSE_CHANCE days or fewer (binomial: a small segment, or a
+    chance gives that with probability ``chance`` or less (binomial: a small segment, or a
     feature that is nearly constant in training, needs a clearer collapse). A source stuck, or
     answering a default while it is down, for part of the traffic; at its training mode too, which a
     share of that value alone cannot tell from a busy day."""
@@ -149,44 +170,55 @@ def collapsed(reference: np.ndarray, current: np.ndarray, kept: float) -> bool:
     other_reference = 1.0 - value_share(reference, top)
     other = int(cur.size - counts.max())
     return (other <= kept * other_reference * cur.size
-            and binomial_at_most(other, int(cur.size), other_reference) <= COLLAPSE_CHANCE)
+            and binomial_at_most(other, int(cur.size), other_reference) <= chance)
 
 
-def segment_collapses(reference: dict[str, np.ndarray], current: dict[str, np.ndarray], segment: str,
-                      kept: float) -> tuple[str, ...]:
-    """Features broken within one value of the code feature ``segment`` (e.g. one channel): their
-    variety collapsed to one value there against the same segment of ``reference`` (:func:`collapsed`).
-    An input broken behind one integration path is diluted below any whole-day share by the other
-    paths, and a segment code may hold more than one raw value (the codes are hashes), so a break
-    covers part of a segment: a collapse, not a share of 99%.
+def segment_collapses(reference: dict[str, np.ndarray], current: dict[str, np.ndarray],
+                      segments: tuple[str, ...], kept: float) -> tuple[str, ...]:
+    """Features broken within one value of a code feature of ``segments`` (one channel, one merchant
+    category, one country): their variety collapsed to one value there against the same segment of
+    ``reference`` (:func:`collapsed`). An input broken behind one integration path is diluted below any
+    whole-day share by the other paths, and a segment code may hold more than one raw value (the
+    codes are hashes: atm and contactless share channel code 11), so a break covers part of a
+    segment: a collapse, not a share of 99%. Every segment feature is judged because a path's
+    payments are one value of more than one of them, and a path that shares its code in one (atm in
+    code 11, beside the larger contactless) can be most of its segment in another (ATM withdrawals'
+    merchant category).
 
-    Returns ``"<feature>@<segment>=<code>"`` sorted. A segment with fewer than MIN_STUCK_ROWS rows
-    on either side is not judged (too few to tell a break from chance), nor are ``segment`` itself
-    and the features constant within a day. None when ``kept`` is 0 or ``segment`` is missing."""
-    if kept <= 0 or segment not in reference or segment not in current:
+    Each (segment, feature) judged may collapse by chance with probability SEGMENT_DAILY_CHANCE / the
+    number judged that day (Bonferroni), so judging more segments raises no more chance alarms.
+    Returns ``"<feature>@<segment>=<code>"`` sorted. A segment value with fewer than MIN_STUCK_ROWS
+    rows on either side is not judged (too few to tell a break from chance), nor is a segment's own
+    feature, nor are the features constant within a day or a merchant's (:data:`PER_MERCHANT_FEATURES`:
+    its payments are not independent draws of them). None when ``kept`` is 0; a segment feature
+    missing on either side is not judged."""
+    if kept <= 0:
         return ()
-    ref_codes = np.asarray(reference[segment])
-    cur_codes = np.asarray(current[segment])
-    names = sorted((set(reference) & set(current)) - {segment} - set(fd.DAY_CONSTANT_FEATURES))
+    names = sorted((set(reference) & set(current)) - set(fd.DAY_CONSTANT_FEATURES) - PER_MERCHANT_FEATURES)
+    judged = []  # (segment, code, its reference rows, its current rows, the features judged there)
+    for segment in (s for s in segments if s in reference and s in current):
+        ref_codes, cur_codes = np.asarray(reference[segment]), np.asarray(current[segment])
+        for code in np.unique(cur_codes):
+            ref_rows, cur_rows = ref_codes == code, cur_codes == code
+            if ref_rows.sum() >= MIN_STUCK_ROWS and cur_rows.sum() >= MIN_STUCK_ROWS:
+                judged.append((segment, code, ref_rows, cur_rows, [n for n in names if n != segment]))
+    chance = SEGMENT_DAILY_CHANCE / max(1, sum(len(features) for *_, features in judged))
     found = []
-    for code in np.unique(cur_codes):
-        ref_rows, cur_rows = ref_codes == code, cur_codes == code
-        if ref_rows.sum() < MIN_STUCK_ROWS or cur_rows.sum() < MIN_STUCK_ROWS:
-            continue
-        found += [f"{n}{SEGMENT_MARK}{segment}={int(code)}" for n in names
-                  if collapsed(np.asarray(reference[n])[ref_rows], np.asarray(current[n])[cur_rows], kept)]
+    for segment, code, ref_rows, cur_rows, features in judged:
+        found += [f"{n}{SEGMENT_MARK}{segment}={int(code)}" for n in features
+                  if collapsed(np.asarray(reference[n])[ref_rows], np.asarray(current[n])[cur_rows], kept, chance)]
     return tuple(sorted(found))
 
 
 def broken_inputs(reference: dict[str, np.ndarray], current: dict[str, np.ndarray], stuck_share: float,
-                  segment: str = "", segment_kept: float = 0.0) -> tuple[str, ...]:
+                  segments: tuple[str, ...] = (), segment_kept: float = 0.0) -> tuple[str, ...]:
     """The served inputs broken on a day: features stuck over the whole day (:func:`stuck_features`),
-    then those collapsed to one value within one ``segment`` value (:func:`segment_collapses`). A
-    feature stuck all day is named once, not again for each segment."""
+    then those collapsed to one value within one value of a ``segments`` feature
+    (:func:`segment_collapses`). A feature stuck all day is named once, not again for each segment."""
     whole_day = stuck_features(reference, current, stuck_share)
-    if not segment or segment_kept <= 0:
+    if not segments or segment_kept <= 0:
         return whole_day
-    in_segment = segment_collapses(reference, current, segment, segment_kept)
+    in_segment = segment_collapses(reference, current, segments, segment_kept)
     return whole_day + tuple(s for s in in_segment if s.split(SEGMENT_MARK, 1)[0] not in whole_day)
 
 

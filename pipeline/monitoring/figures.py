@@ -93,7 +93,7 @@ def version_figures(payments: list[ScoredPayment], labels: np.ndarray, reference
         served = {n: v for n, v in served.items() if n not in never_served}
         drift = feature_psi(reference.training_features, served, set(reference.categorical), config.feature_bins)
         stuck = broken_inputs(reference.training_features, served, config.stuck_feature_share,
-                              config.segment_feature, config.segment_kept)
+                              config.segment_features, config.segment_kept)
         out_of_range = out_of_range_features(reference.training_features, served, config.range_features,
                                              config.out_of_range_share)
         findings += _drift_findings(drift, config, never_served)

@@ -4,13 +4,15 @@ A version is ``degraded`` on day ``D`` when its realised recall at the operating
 ``expected - recall_margin`` on ``degraded_after_days`` judged days in a row, ending with ``D``; or
 at once when a served input was broken that day: a feature stuck at one value while it varied in
 training, over the whole day or within one segment such as a channel (``stuck_feature_share``,
-``segment_feature``, :func:`pipeline.monitoring.drift.broken_inputs`), or a payment field outside
+``segment_features``, :func:`pipeline.monitoring.drift.broken_inputs`), or a payment field outside
 its training range (``range_features``, :func:`pipeline.monitoring.drift.out_of_range_features`).
 A broken input is certain from the features alone, while the recall it costs can hide in a day's
 noise. With ``confidence`` > 0 a day is below only when the recall's one-sided upper bound at that confidence
-(:func:`pipeline.metrics.wilson_upper_bound` over the day's matured frauds) is below the floor: a day
-of 30 frauds varies by about 0.09 in recall from chance alone, and a point comparison reads that as
-degradation (the decisions bench's healthy champion had 2 such days in 7).
+(:func:`pipeline.monitoring.drift.binomial_upper_bound`, exact, over the day's matured frauds) is below
+the floor: a day of 30 frauds varies by about 0.09 in recall from chance alone, and a point comparison
+reads that as degradation (the decisions bench's healthy champion had 2 such days in 7). The bound is
+exact, not Wilson's, because days of 5-15 matured frauds are common and Wilson's is too low there: it
+called 0 of 6 below a floor of 0.36, which chance does 7% of the time (2 false alarms in the quick bench).
 Only judged days count (enough matured frauds and an expectation to compare with): a day with too
 few frauds neither extends nor breaks the run, and days never monitored are not in the history at
 all. So one noisy day never degrades a model, and a gap in monitoring does not reset the evidence.
@@ -23,7 +25,6 @@ kept. Rewritten atomically; one monitor run at a time (:func:`monitor_lock`).
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import json
 import math
 from collections.abc import Iterator
@@ -34,9 +35,9 @@ from pathlib import Path
 from typing import Literal
 
 from pipeline.atomic import write_json_atomic
-from pipeline.metrics import wilson_upper_bound
+from pipeline.file_lock import LockHeld, file_lock
 from pipeline.monitoring.config import MonitoringConfig
-from pipeline.monitoring.drift import SEGMENT_MARK
+from pipeline.monitoring.drift import SEGMENT_MARK, binomial_upper_bound
 
 KEEP_DAYS = 120
 VersionState = Literal["ok", "degraded", "insufficient_evidence", "unjudged"]
@@ -51,7 +52,7 @@ class MonitoringStateError(RuntimeError):
     """The monitoring directory cannot be used as it is; the message says what to do."""
 
 
-class MonitorLocked(MonitoringStateError):
+class MonitorLocked(MonitoringStateError, LockHeld):
     """Another monitor run holds the monitoring directory's lock."""
 
 
@@ -76,7 +77,7 @@ def judge_day(day: date, frauds: int, recall: float | None, expected: float | No
     judged = frauds >= config.min_frauds and floor is not None and recall is not None and math.isfinite(recall)
     upper = None
     if recall is not None and math.isfinite(recall):
-        upper = (wilson_upper_bound(round(recall * frauds), frauds, config.confidence) if config.confidence > 0
+        upper = (binomial_upper_bound(round(recall * frauds), frauds, config.confidence) if config.confidence > 0
                  else recall)
     return MonitoredDay(day.isoformat(), frauds, recall, expected, floor, judged,
                         judged and upper < floor, upper, tuple(broken), tuple(out_of_range))  # type: ignore[operator]
@@ -152,11 +153,5 @@ class HistoryStore:
 @contextmanager
 def monitor_lock(root: Path) -> Iterator[None]:
     """Hold ``<root>/.lock`` (released by the OS if the process dies): history and reports have one writer."""
-    path = root / ".lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise MonitorLocked(f"another monitor run is using {root} (lock {path}); wait for it to finish") from None
+    with file_lock(root / ".lock", error=MonitorLocked, user=f"another monitor run is using {root}"):
         yield

@@ -123,7 +123,7 @@ def _version_dict(v: VersionReport, config: MonitoringConfig) -> dict[str, Any]:
                    "below": v.day.below, "days_below_in_a_row": v.days_below_in_a_row,
                    "degraded_after_days": config.degraded_after_days, "min_frauds": config.min_frauds},
         "broken_features": {"stuck": list(v.day.broken_features), "stuck_feature_share": config.stuck_feature_share,
-                            "segment_feature": config.segment_feature,
+                            "segment_features": list(config.segment_features),
                             "segment_kept": config.segment_kept,
                             "out_of_range": list(v.day.out_of_range_features),
                             "range_features": list(config.range_features),

@@ -23,7 +23,7 @@ def test_checked_in_monitoring_configs_load_with_auto_rollback_off():
     ("alert_rate_band = 0", "alert_rate_band must be > 0"),
     ("auto_rollback = 'yes'", "auto_rollback must be bool"),
     ("rollback = true", "unknown key 'rollback'"),
-    ("segment_feature = 'channel'", "segment_feature must be"),
+    ("segment_features = ['channel_code', 'channel']", "segment_features must be code features .*unknown: channel"),
     ("segment_kept = 1.0", "segment_kept must be in"),
     ("range_features = ['amount', 'amount_cents']", "range_features must be numeric features, unknown: amount_cents"),
     ("out_of_range_share = -0.1", "out_of_range_share must be in"),

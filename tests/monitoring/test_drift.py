@@ -9,6 +9,7 @@ import pytest
 
 from pipeline.monitoring.drift import (
     binomial_at_most,
+    binomial_upper_bound,
     broken_inputs,
     categorical_psi,
     collapsed,
@@ -88,7 +89,7 @@ def _channels_day(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
     """A day of three channels (codes 4: 25%, 5: 40%, 11: 35%) and three features that vary within each."""
     channel = rng.choice([4.0, 5.0, 11.0], n, p=[0.25, 0.40, 0.35])
     return {"channel_code": channel, "amount": rng.gamma(2.0, 30.0, n),
-            "merchant_fraud_rate_30d": np.where(rng.random(n) < 0.6, 0.0, rng.beta(1, 50, n)),  # 60% at 0 in training
+            "card_tx_count_1h": np.where(rng.random(n) < 0.6, 0.0, rng.integers(1, 5, n)),  # 60% at 0 in training
             "weekday": np.full(n, 2.0)}
 
 
@@ -97,6 +98,14 @@ def test_the_binomial_tail_is_the_sum_of_its_terms():
     assert binomial_at_most(0, 697, 0.0147) == pytest.approx((1 - 0.0147) ** 697)
     assert binomial_at_most(10, 10, 0.3) == pytest.approx(1.0) and binomial_at_most(2, 5, 0.0) == 1.0
     assert binomial_at_most(4, 5, 1.0) == 0.0 and binomial_at_most(5, 5, 1.0) == 1.0
+
+
+def test_the_exact_upper_bound_leaves_the_observed_count_or_fewer_a_tail_of_one_minus_the_confidence():
+    assert binomial_upper_bound(0, 6, 0.95) == pytest.approx(1 - 0.05 ** (1 / 6))  # (1 - u)^6 = 0.05
+    for k, n in ((7, 29), (65, 183), (1, 3)):
+        upper = binomial_upper_bound(k, n, 0.95)
+        assert k / n < upper < 1 and binomial_at_most(k, n, upper) == pytest.approx(0.05, abs=1e-9)
+    assert binomial_upper_bound(0, 0, 0.95) == 1.0 and binomial_upper_bound(5, 5, 0.95) == 1.0
 
 
 def test_a_value_taking_over_part_of_the_traffic_or_a_feature_stuck_at_its_mode_is_a_collapse():
@@ -117,31 +126,74 @@ def test_a_value_taking_over_part_of_the_traffic_or_a_feature_stuck_at_its_mode_
 def test_a_feature_stuck_in_one_channel_is_named_with_that_channel_and_healthy_channels_are_not():
     rng = np.random.default_rng(7)
     training, day = _channels_day(rng, 20_000), _channels_day(rng, 3_000)
-    assert segment_collapses(training, day, "channel_code", 0.5) == ()  # a healthy day: nothing
+    assert segment_collapses(training, day, ("channel_code",), 0.5) == ()  # a healthy day: nothing
     outage = day["channel_code"] == 11.0
     broken = {**day, "amount": np.where(outage, 44.71, day["amount"]),
-              "merchant_fraud_rate_30d": np.where(outage, 0.0, day["merchant_fraud_rate_30d"])}  # stuck at its mode
-    assert segment_collapses(training, broken, "channel_code", 0.5) == (
-        "amount@channel_code=11", "merchant_fraud_rate_30d@channel_code=11")
+              "card_tx_count_1h": np.where(outage, 0.0, day["card_tx_count_1h"])}  # stuck at its mode
+    assert segment_collapses(training, broken, ("channel_code",), 0.5) == (
+        "amount@channel_code=11", "card_tx_count_1h@channel_code=11")
     assert stuck_features(training, broken, 0.99) == ()  # 35% of the day: the whole-day rule cannot see it
-    assert segment_collapses(training, broken, "channel_code", 0.0) == ()  # off
-    assert segment_collapses(training, broken, "mcc_code", 0.5) == ()  # no such segment feature
+    assert segment_collapses(training, broken, ("channel_code",), 0.0) == ()  # off
+    assert segment_collapses(training, broken, ("mcc_code",), 0.5) == ()  # no such segment feature
+
+
+ATM_MCC = 77.0  # the code of ATM withdrawals' merchant category
+
+
+def _paths_day(rng: np.random.Generator, n: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """A day whose raw channels card_present (40%, code 5), ecommerce (25%, code 4), contactless (27%)
+    and atm (8%) share channel codes as the hash makes them: contactless and atm are both code 11.
+    ATM payments are all one merchant category, the others spread over three. Returns the served
+    features and each row's raw channel."""
+    channel = rng.choice(["card_present", "ecommerce", "contactless", "atm"], n, p=[0.40, 0.25, 0.27, 0.08])
+    code = np.select([channel == "card_present", channel == "ecommerce"], [5.0, 4.0], 11.0)
+    mcc = np.where(channel == "atm", ATM_MCC, rng.choice([12.0, 31.0, 58.0], n))
+    return {"channel_code": code, "mcc_code": mcc, "country_code": rng.choice([3.0, 8.0], n, p=[0.8, 0.2]),
+            "amount": rng.gamma(2.0, 30.0, n), "weekday": np.full(n, 2.0)}, channel
+
+
+def test_an_outage_of_a_channel_that_is_a_minority_of_its_code_is_seen_in_another_segment_feature():
+    """atm shares code 11 with the larger contactless: its outage leaves 77% of code 11's amounts
+    varied, more than half, so the channel segment cannot show it; ATM's merchant category can."""
+    rng = np.random.default_rng(11)
+    training, _ = _paths_day(rng, 30_000)
+    day, channel = _paths_day(rng, 6_000)
+    every_segment = ("channel_code", "mcc_code", "country_code")
+    assert segment_collapses(training, day, every_segment, 0.5) == ()  # a healthy day: nothing in any segment
+    atm_down = {**day, "amount": np.where(channel == "atm", 40.0, day["amount"])}
+    assert segment_collapses(training, atm_down, ("channel_code",), 0.5) == ()
+    assert segment_collapses(training, atm_down, every_segment, 0.5) == (f"amount@mcc_code={int(ATM_MCC)}",)
+    contactless_down = {**day, "amount": np.where(channel == "contactless", 40.0, day["amount"])}
+    assert "amount@channel_code=11" in segment_collapses(training, contactless_down, every_segment, 0.5)
+
+
+def test_a_merchant_feature_is_not_judged_within_a_segment_where_its_payments_are_a_few_merchants():
+    """A merchant category of 400 payments at 4 merchants: in training 1 in 20 of them had a recent
+    fraud report (merchant_fraud_rate_1d > 0 for its ~100 payments, 6% of the category's rows); on a
+    healthy day none had one. Per payment that is 0 of an expected 24 (chance 1e-11); per merchant, 0 of
+    an expected 0.2, which is no evidence. The payment's own amount stuck there still is."""
+    rng = np.random.default_rng(12)
+    training = {"mcc_code": np.full(8_000, 42.0), "amount": rng.gamma(2.0, 30.0, 8_000),
+                "merchant_fraud_rate_1d": np.where(np.arange(8_000) % 100 < 6, 0.02, 0.0)}
+    day = {"mcc_code": np.full(400, 42.0), "amount": rng.gamma(2.0, 30.0, 400), "merchant_fraud_rate_1d": np.zeros(400)}
+    assert segment_collapses(training, day, ("mcc_code",), 0.5) == ()
+    assert segment_collapses(training, {**day, "amount": np.full(400, 40.0)}, ("mcc_code",), 0.5) == ("amount@mcc_code=42",)
 
 
 def test_a_segment_too_small_to_judge_is_skipped():
     rng = np.random.default_rng(8)
     training, day = _channels_day(rng, 20_000), _channels_day(rng, 600)  # ~150 rows of code 4
     broken = {**day, "amount": np.where(day["channel_code"] == 4.0, 44.71, day["amount"])}
-    assert segment_collapses(training, broken, "channel_code", 0.5) == ()
+    assert segment_collapses(training, broken, ("channel_code",), 0.5) == ()
 
 
 def test_broken_inputs_name_a_feature_stuck_all_day_once_and_one_stuck_in_a_segment_by_its_segment():
     rng = np.random.default_rng(9)
     training, day = _channels_day(rng, 20_000), _channels_day(rng, 3_000)
     everywhere = {**day, "amount": np.full(3_000, 44.71)}
-    assert broken_inputs(training, everywhere, 0.99, "channel_code", 0.5) == ("amount",)
+    assert broken_inputs(training, everywhere, 0.99, ("channel_code",), 0.5) == ("amount",)
     one_channel = {**day, "amount": np.where(day["channel_code"] == 5.0, 44.71, day["amount"])}
-    assert broken_inputs(training, one_channel, 0.99, "channel_code", 0.5) == ("amount@channel_code=5",)
+    assert broken_inputs(training, one_channel, 0.99, ("channel_code",), 0.5) == ("amount@channel_code=5",)
     assert broken_inputs(training, one_channel, 0.99) == ()  # segments not looked at
 
 

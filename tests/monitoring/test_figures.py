@@ -95,7 +95,7 @@ def test_without_a_reference_the_figures_are_still_computed_and_the_gaps_said():
 
 
 def test_the_live_figures_name_a_feature_broken_in_one_segment_and_a_field_out_of_its_range():
-    config = replace(CONFIG, stuck_feature_share=0.99, segment_feature="mcc_code", segment_kept=0.5,
+    config = replace(CONFIG, stuck_feature_share=0.99, segment_features=("mcc_code",), segment_kept=0.5,
                      range_features=("amount",), out_of_range_share=0.02)
     n = 900
     healthy = [float(i % 50) for i in range(n)]  # mcc_code is i % 3: each code 300 rows

@@ -52,17 +52,29 @@ def test_days_with_too_few_frauds_are_insufficient_evidence_and_neither_extend_n
 
 
 def test_with_a_confidence_a_day_is_below_only_when_its_upper_bound_is():
-    """Wilson's one-sided 95% upper bound (z = 1.6449), by hand for 7 of 29 frauds caught:
-    p = 0.24138, centre = p + z^2/2n = 0.28803, spread = z * sqrt(p(1-p)/n + z^2/4n^2) = 0.13878,
-    upper = (0.28803 + 0.13878) / (1 + z^2/n) = 0.39039."""
+    """The exact (Clopper-Pearson) one-sided 95% upper bound for 7 of 29 frauds caught is the 95%
+    quantile of Beta(8, 22): 0.40597 (scipy.stats.beta.ppf(0.95, 8, 22)); for 11 of 29, Beta(12, 18): 0.54877."""
     sure = MonitoringConfig(recall_margin=0.1, degraded_after_days=1, min_frauds=10, confidence=0.95)
     clear = judge_day(DAY, 29, 7 / 29, 0.53, sure)  # floor 0.43
-    assert clear.recall_upper == pytest.approx(0.39039, abs=5e-5) and clear.below
-    # 11 of 29 (0.379) is below the floor as a point, but not beyond chance: upper bound 0.532.
+    assert clear.recall_upper == pytest.approx(0.40597, abs=5e-5) and clear.below
+    # 11 of 29 (0.379) is below the floor as a point, but not beyond chance.
     noisy = judge_day(DAY, 29, 11 / 29, 0.53, sure)
-    assert noisy.recall_upper == pytest.approx(0.5317, abs=5e-4) and not noisy.below
+    assert noisy.recall_upper == pytest.approx(0.54877, abs=5e-5) and not noisy.below
     assert judge_day(DAY, 29, 11 / 29, 0.53, CONFIG).below  # confidence 0: the point estimate decides
     assert version_state(clear, 1, sure) == "degraded" and version_state(noisy, 0, sure) == "ok"
+
+
+def test_a_day_of_few_frauds_none_caught_is_below_only_when_chance_rarely_does_that():
+    """0 of n caught at a true recall p happens with probability (1 - p)^n. At the floor 0.358 (the quick
+    bench's default model: expected 0.458), 0 of 6 happens 7% of the time: not below at 95%, though
+    Wilson's bound (0.311) called it below; 0 of 10 happens 1.2% of the time: below."""
+    sure = MonitoringConfig(recall_margin=0.1, degraded_after_days=1, min_frauds=5, confidence=0.95)
+    six = judge_day(DAY, 6, 0.0, 0.458, sure)
+    assert (1 - 0.358) ** 6 > 0.05 and not six.below
+    assert six.recall_upper == pytest.approx(1 - 0.05 ** (1 / 6), abs=1e-9)  # (1 - u)^6 = 0.05
+    ten = judge_day(DAY, 10, 0.0, 0.458, sure)
+    assert (1 - 0.358) ** 10 < 0.05 and ten.below
+    assert ten.recall_upper == pytest.approx(1 - 0.05 ** (1 / 10), abs=1e-9)
 
 
 def test_confidence_outside_0_1_is_refused():
