@@ -28,6 +28,10 @@ class DataConfig:
     version: str = ""  # "" = the version LATEST points at
     global_batch_size: int = 4096  # rows per optimizer step, all ranks and micro-steps together
     shuffle_window_rows: int = 200_000  # rows held in memory for shuffling (bounds RAM per rank)
+    # Share of the genuine train rows each epoch keeps (every fraud is kept; drawn again each epoch).
+    # 1 reads every row. The calibration on the unsampled validation split removes the -log(rate)
+    # it adds to the log-odds (pipeline/training/sampling.py).
+    negative_sample_rate: float = 1.0
     # Rows (a uniform sample of the train split) the numeric bin edges are fitted on, by rank 0.
     bin_fit_rows: int = 500_000
 
@@ -214,6 +218,8 @@ def validate_config(config: TrainConfig, source: str) -> TrainConfig:
     checks = [
         (config.data.global_batch_size > 0, "data.global_batch_size must be > 0"),
         (config.data.bin_fit_rows >= 1, "data.bin_fit_rows must be >= 1"),
+        (0.0 < config.data.negative_sample_rate <= 1.0,
+         f"data.negative_sample_rate must be in (0, 1] (1 keeps every genuine row), got {config.data.negative_sample_rate}"),
         (config.model.numeric_bins >= 0, "model.numeric_bins must be >= 0 (0 = no piecewise-linear encoding)"),
         (config.model.numeric_embedding_dim >= 1, "model.numeric_embedding_dim must be >= 1"),
         (config.model.ensemble_size >= 1, "model.ensemble_size must be >= 1"),

@@ -28,6 +28,7 @@ import torch
 
 from models.fraud_mlp import squash
 from pipeline.datasets.manifest import DatasetManifest, ManifestError, ShardInfo
+from pipeline.training.sampling import kept_rows, sample_rows
 
 
 class DataConfigError(ValueError):
@@ -111,8 +112,11 @@ def table_to_arrays(table: pa.Table, manifest: DatasetManifest) -> tuple[np.ndar
     categorical = np.empty((n, len(cats)), dtype=np.int64)
     for j, name in enumerate(cats):
         categorical[:, j] = pc.fill_null(pc.cast(table.column(name), pa.int64()), 0).to_numpy()
-    label = pc.cast(table.column(manifest.label_column), pa.float32()).to_numpy(zero_copy_only=False)
-    return numeric, categorical, label
+    return numeric, categorical, _label_array(table, manifest.label_column)
+
+
+def _label_array(table: pa.Table, label_column: str) -> np.ndarray:
+    return pc.cast(table.column(label_column), pa.float32()).to_numpy(zero_copy_only=False)
 
 
 def numeric_array(table: pa.Table, names: tuple[str, ...]) -> np.ndarray:
@@ -126,11 +130,13 @@ def feature_columns(manifest: DatasetManifest) -> list[str]:
     return [*manifest.numeric_features, *manifest.categorical_features, manifest.label_column]
 
 
-def _windows(pieces: list[Piece], window_rows: int) -> list[list[Piece]]:
+def _windows(order: np.ndarray, sizes: list[int], window_rows: int) -> list[list[int]]:
+    """Consecutive runs of the pieces ``order`` names, each of at least ``window_rows`` rows (the last
+    one may be smaller), by the rows each piece yields (``sizes``)."""
     windows, current, rows = [], [], 0
-    for p in pieces:
-        current.append(p)
-        rows += p.rows
+    for i in order:
+        current.append(int(i))
+        rows += sizes[i]
         if rows >= window_rows:
             windows.append(current)
             current, rows = [], 0
@@ -142,11 +148,16 @@ def _windows(pieces: list[Piece], window_rows: int) -> list[list[Piece]]:
 class TrainStream:
     """Shuffled training batches of one rank, grouped per optimizer step.
 
-    ``micro_batch_rows`` rows per micro-batch, ``accumulation_steps`` micro-batches per step.
+    ``micro_batch_rows`` rows per micro-batch, ``accumulation_steps`` micro-batches per step. With
+    ``negative_sample_rate`` below 1, each epoch keeps every fraud and that share of the genuine
+    rows (:mod:`pipeline.training.sampling`); the labels are read once here to size the epochs.
     """
 
     def __init__(self, root: Path, manifest: DatasetManifest, rank: int, world: int, micro_batch_rows: int,
-                 accumulation_steps: int, shuffle_window_rows: int, seed: int) -> None:
+                 accumulation_steps: int, shuffle_window_rows: int, seed: int,
+                 negative_sample_rate: float = 1.0) -> None:
+        if not 0.0 < negative_sample_rate <= 1.0:  # the config refuses it first (pipeline/training/config.py)
+            raise DataConfigError(f"negative_sample_rate must be in (0, 1], got {negative_sample_rate}")
         self.manifest = manifest
         self.rank, self.world, self.seed = rank, world, seed
         self.micro_batch_rows = micro_batch_rows
@@ -158,8 +169,21 @@ class TrainStream:
             raise ManifestError(f"dataset {manifest.dataset}@{manifest.version} has no train shards")
         per_rank = [plan_rank_pieces(root, shards, r, world) for r in range(world)]
         self.pieces = per_rank[rank]
+        self.negative_sample_rate = negative_sample_rate
+        # Per piece of this rank: its fraud rows (sampling only) and the rows it yields an epoch.
+        self.positive_rows: list[np.ndarray] = []
+        if negative_sample_rate < 1.0:
+            label = manifest.label_column
+            positives = [[np.flatnonzero(_label_array(read_piece(p, [label]), label) > 0.5) for p in ps]
+                         for ps in per_rank]
+            self.positive_rows = positives[rank]
+            sizes = [[kept_rows(len(f), p.rows, negative_sample_rate) for f, p in zip(fs, ps, strict=True)]
+                     for fs, ps in zip(positives, per_rank, strict=True)]
+        else:
+            sizes = [[p.rows for p in ps] for ps in per_rank]
+        self.piece_rows = sizes[rank]
         rows_per_step = micro_batch_rows * accumulation_steps
-        self.steps_per_epoch = min(sum(p.rows for p in ps) for ps in per_rank) // rows_per_step
+        self.steps_per_epoch = min(sum(s) for s in sizes) // rows_per_step
         if self.steps_per_epoch == 0:
             raise DataConfigError(
                 f"the train split has too few rows per rank for one step of {rows_per_step} rows per rank: "
@@ -172,15 +196,25 @@ class TrainStream:
     def _rng(self, *key: int) -> np.random.Generator:
         return np.random.default_rng(np.random.SeedSequence([self.seed, self.rank, *key]))
 
+    def _read_kept(self, epoch: int, i: int) -> pa.Table:
+        """Piece ``i``'s rows of ``epoch``: all of them, or the negative sample's."""
+        table = read_piece(self.pieces[i], self.columns)
+        if self.negative_sample_rate >= 1.0:
+            return table
+        # Key (epoch, 0, i + 1): five words ending non-zero, so it is none of the order's or the windows'
+        # keys (SeedSequence ignores trailing zeros: (epoch, 0, 0) would be the order's own stream).
+        rng = self._rng(epoch, 0, i + 1)
+        return table.take(sample_rows(self.positive_rows[i], table.num_rows, self.negative_sample_rate, rng))
+
     def _shuffled_rows(self, epoch: int, skip_rows: int) -> Iterator[tuple[np.ndarray, ...]]:
         order = self._rng(epoch).permutation(len(self.pieces))
         seen = 0
-        for w, window in enumerate(_windows([self.pieces[i] for i in order], self.window_rows)):
-            rows = sum(p.rows for p in window)
+        for w, window in enumerate(_windows(order, self.piece_rows, self.window_rows)):
+            rows = sum(self.piece_rows[i] for i in window)
             if seen + rows <= skip_rows:  # resume: whole window already consumed, not even read
                 seen += rows
                 continue
-            table = pa.concat_tables([read_piece(p, self.columns) for p in window])
+            table = pa.concat_tables([self._read_kept(epoch, i) for i in window])
             arrays = table_to_arrays(table, self.manifest)
             perm = self._rng(epoch, w + 1).permutation(rows)[max(0, skip_rows - seen):]
             seen += rows

@@ -67,7 +67,7 @@ def check_startable(config: TrainConfig, dataset_root: Path, world_size: int) ->
     try:
         micro_rows = split_global_batch(config.data.global_batch_size, world_size, accumulation)
         TrainStream(dataset_root, manifest, 0, world_size, micro_rows, accumulation, config.data.shuffle_window_rows,
-                    config.loop.seed)
+                    config.loop.seed, config.data.negative_sample_rate)
     except DataConfigError as exc:
         raise DataConfigError(f"{exc} (the train split of {manifest.dataset}@{manifest.version} has {rows} rows "
                               f"for {world_size} processes)") from exc

@@ -100,7 +100,7 @@ class Trainer:
         accumulation = config.optim.accumulation_steps
         micro_rows = split_global_batch(config.data.global_batch_size, env.world_size, accumulation)
         self.data = TrainStream(self.dataset_root, self.manifest, env.rank, env.world_size, micro_rows, accumulation,
-                                config.data.shuffle_window_rows, config.loop.seed)
+                                config.data.shuffle_window_rows, config.loop.seed, config.data.negative_sample_rate)
         full = self.data.steps_per_epoch * config.loop.epochs
         self.total_steps = min(full, config.loop.max_steps) if config.loop.max_steps > 0 else full
         self.ddp = DistributedDataParallel(

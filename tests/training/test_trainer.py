@@ -190,3 +190,14 @@ def test_a_missing_dataset_is_a_clear_cli_error(workdir):
                       "--max-restarts", "0"], conf, workdir / "state")
     assert proc.returncode == 1
     assert "no published dataset" in proc.stderr and "fraudctl ingest" in proc.stderr
+
+
+def test_a_negative_sampled_run_trains_two_ranks_on_every_fraud_and_a_tenth_of_the_rest(reference, workdir, tiny_dataset):
+    conf = write_conf_dir(workdir / "conf-sampled", {**JOB, "data": {"negative_sample_rate": 0.1}})
+    run_dir = workdir / "sampled"
+    sampled = run_training(None, run_dir, tiny_dataset, Torchrun(nproc_per_node=2), config_path=conf / "train.toml",
+                           log_file=workdir / "sampled.log")
+    full = RunDir(reference[0]).read_summary()
+    # 9 steps an epoch on every row; about 1 on the frauds and a tenth of the genuine rows.
+    assert sampled.completed and sampled.epochs == full.epochs and 0 < sampled.global_step <= 0.25 * full.global_step
+    assert json.loads((run_dir / "config.json").read_text())["data"]["negative_sample_rate"] == 0.1
