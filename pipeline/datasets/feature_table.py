@@ -1,7 +1,7 @@
 """The feature table: point-in-time feature rows partitioned by event date, each date computed once
 and reused by every later build whose inputs for that date are unchanged.
 
-Layout under the table root (``<state>/features/<raw store name>`` by default, see
+Layout under the table root (``<state>/features/<raw store name>-<store id>`` by default, see
 :func:`pipeline.ingest.feature_update.feature_table_root`)::
 
     date=YYYY-MM-DD/features.parquet    # the date's rows (arrow_kernel.ROW_SCHEMA), no labels

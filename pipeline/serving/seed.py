@@ -7,8 +7,9 @@ holds, and only the earliest fraud report of a payment counts).
 
 How far back: the card windows read ``LOOKBACK_DAYS``; a merchant's fraud rate counts reports made
 (plus the label delay) within its longest window, for payments up to ``label_match_days`` before
-the report. Transactions from ``latest - (lookback + delay + match)`` days on are therefore replayed,
-and the labels reported since. Reads through the raw store's Arrow reader
+the report; a payment up to the expiry margin late needs that much more. Transactions from
+``latest - (lookback + delay + match + margin)`` days on are therefore replayed, and the labels
+reported since. Reads through the raw store's Arrow reader
 (:mod:`pipeline.ingest.raw_reader`): no Spark session. Last, the features of the latest payments go
 into the store's recent traffic (:mod:`.recent_traffic`), where a version's review threshold starts from.
 """
