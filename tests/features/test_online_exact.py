@@ -13,14 +13,13 @@ from __future__ import annotations
 import random
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from pipeline.features import definitions as fd
-from pipeline.features.frame import build_feature_frame
 from pipeline.features.kernel import US_PER_DAY, to_cents
 from pipeline.features.online import OnlineFeatureState, Payment, cents_of
 from pipeline.features.params import FeatureParams
+from tests.features.kernel_oracle import kernel_row
 
 T0 = 1_767_225_600_000_000  # 2026-01-01T00:00:00Z, microseconds
 H = 3600 * 1_000_000
@@ -71,15 +70,7 @@ def _arrivals(rng: random.Random, payments: list[Payment], reports: list) -> lis
 
 
 def _kernel_row(payments: list[Payment], reports: list, transaction_id: str) -> dict:
-    tx = pd.DataFrame({"transaction_id": [p.transaction_id for p in payments],
-                       "card_id": [p.card_id for p in payments], "merchant_id": [p.merchant_id for p in payments],
-                       "event_time": pd.to_datetime([p.ts_us for p in payments], unit="us", utc=True),
-                       "amount": [p.amount for p in payments], "mcc": [p.mcc for p in payments],
-                       "channel": [p.channel for p in payments], "country": [p.country for p in payments]})
-    labels = pd.DataFrame({"transaction_id": [r[0] for r in reports], "is_fraud": [r[1] for r in reports],
-                           "reported_at": pd.to_datetime([r[2] for r in reports], unit="us", utc=True)})
-    frame = build_feature_frame(tx, labels, PARAMS)
-    return frame[frame["transaction_id"] == transaction_id].iloc[0].to_dict()
+    return kernel_row(payments, reports, PARAMS, transaction_id)
 
 
 def _assert_rows_equal(online: dict, offline: dict, context: str) -> None:

@@ -135,28 +135,15 @@ from dataclasses import replace  # noqa: E402
 
 import pandas as pd  # noqa: E402
 
-from pipeline.features.frame import build_feature_frame  # noqa: E402
 from pipeline.features.online import Payment  # noqa: E402
 from pipeline.features.params import FeatureParams  # noqa: E402
 from pipeline.ingest.config import load_ingest_config  # noqa: E402
 from pipeline.serving.config import load_serving_config  # noqa: E402
 from pipeline.serving.seed import seed_from_raw_store  # noqa: E402
+from tests.features.kernel_oracle import kernel_row  # noqa: E402
 from tests.monitoring.raw_store import write_raw_store  # noqa: E402
 
 HOUR_US, DAY_US = 3_600_000_000, 86_400_000_000
-
-
-def _kernel_row(payments: list[Payment], reports: list[tuple[str, bool, int]], params, transaction_id: str) -> dict:
-    """The offline (training) row of ``transaction_id`` over exactly these payments and reports."""
-    tx = pd.DataFrame({"transaction_id": [p.transaction_id for p in payments],
-                       "card_id": [p.card_id for p in payments], "merchant_id": [p.merchant_id for p in payments],
-                       "event_time": pd.to_datetime([p.ts_us for p in payments], unit="us", utc=True),
-                       "amount": [p.amount for p in payments], "mcc": [p.mcc for p in payments],
-                       "channel": [p.channel for p in payments], "country": [p.country for p in payments]})
-    labels = pd.DataFrame({"transaction_id": [r[0] for r in reports], "is_fraud": [r[1] for r in reports],
-                           "reported_at": pd.to_datetime([r[2] for r in reports], unit="us", utc=True)})
-    frame = build_feature_frame(tx, labels, params)
-    return frame[frame["transaction_id"] == transaction_id].iloc[0].to_dict()
 
 
 @pytest.mark.parametrize("env", ["dev", "prod"])
@@ -185,7 +172,7 @@ def test_payments_as_late_as_the_time_rules_accept_are_scored_on_their_whole_his
         late = Payment(f"late{k}", f"c{k % 4}", f"m{k % 3}", latest - behind, 25.0)
         online = store.score_features(late)  # accepted by the time rules: not more than the bound behind
         seen.append(late)
-        offline = _kernel_row(seen, reports, params, late.transaction_id)
+        offline = kernel_row(seen, reports, params, late.transaction_id)
         for name in fd.FEATURE_COLUMNS:
             assert online[name] == pytest.approx(float(offline[name]), rel=1e-9, abs=1e-9), (behind / DAY_US, name)
 
@@ -205,6 +192,6 @@ def test_after_seeding_a_payment_as_late_as_the_margin_is_scored_on_its_whole_hi
     assert seed_from_raw_store(store, tmp_path / "raw").payments < len(history)  # not simply the whole store
     late = Payment("late", "c1", "m1", history[-1].ts_us - 7 * DAY_US, 25.0)
     online = store.score_features(late)
-    offline = _kernel_row([*history, late], reports, params, late.transaction_id)
+    offline = kernel_row([*history, late], reports, params, late.transaction_id)
     for name in fd.FEATURE_COLUMNS:
         assert online[name] == pytest.approx(float(offline[name]), rel=1e-9, abs=1e-9), name
