@@ -15,6 +15,8 @@ from pipeline.metrics import (
     CalibrationBin,
     auc_roc,
     average_precision,
+    binomial_at_most,
+    binomial_upper_bound,
     bootstrap_intervals,
     calibration_curve,
     card_precision_at_k,
@@ -391,3 +393,18 @@ def test_report_carries_counts():
     report = classification_report([1, 0, 0, 1], [0.9, 0.2, 0.3, 0.6], ["a", "b", "c", "d"], [1, 1, 1, 1])
     assert report["n"] == 4 and report["n_fraud"] == 2 and report["auc_roc"] == 1.0
     assert report["card_precision_at_100"] == 2 / 100
+
+
+def test_the_binomial_tail_is_the_sum_of_its_terms():
+    assert binomial_at_most(3, 10, 0.5) == pytest.approx(176 / 1024)
+    assert binomial_at_most(0, 697, 0.0147) == pytest.approx((1 - 0.0147) ** 697)
+    assert binomial_at_most(10, 10, 0.3) == pytest.approx(1.0) and binomial_at_most(2, 5, 0.0) == 1.0
+    assert binomial_at_most(4, 5, 1.0) == 0.0 and binomial_at_most(5, 5, 1.0) == 1.0
+
+
+def test_the_exact_upper_bound_leaves_the_observed_count_or_fewer_a_tail_of_one_minus_the_confidence():
+    assert binomial_upper_bound(0, 6, 0.95) == pytest.approx(1 - 0.05 ** (1 / 6))  # (1 - u)^6 = 0.05
+    for k, n in ((7, 29), (65, 183), (1, 3)):
+        upper = binomial_upper_bound(k, n, 0.95)
+        assert k / n < upper < 1 and binomial_at_most(k, n, upper) == pytest.approx(0.05, abs=1e-9)
+    assert binomial_upper_bound(0, 0, 0.95) == 1.0 and binomial_upper_bound(5, 5, 0.95) == 1.0

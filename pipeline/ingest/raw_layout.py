@@ -133,6 +133,7 @@ class RawStore:
 
         self.root = Path(root)
         self.offsets = OffsetStore(self.root)
+        self._store_id: str | None = None  # store_id(), once read (a night asks three times)
 
     def table_path(self, kind: Kind) -> Path:
         return self.root / TABLE_BY_KIND[kind]
@@ -159,6 +160,12 @@ class RawStore:
         Limit: a copy whose original has moved too before either is used again looks moved as well,
         and both keep the id; delete the copy's ``store.json`` to make it another store.
         """
+        if self._store_id is None:
+            self._store_id = self._settle_store_id()
+        return self._store_id
+
+    def _settle_store_id(self) -> str:
+        """:meth:`store_id` read from ``store.json``, or made, and written back (the rules are :meth:`store_id`'s)."""
         path, here = self.root / STORE_FILE, self.root.resolve()
         recorded = _read_store_file(path)
         if recorded is None:

@@ -8,7 +8,7 @@ training, over the whole day or within one segment such as a channel (``stuck_fe
 its training range (``range_features``, :func:`pipeline.monitoring.drift.out_of_range_features`).
 A broken input is certain from the features alone, while the recall it costs can hide in a day's
 noise. With ``confidence`` > 0 a day is below only when the recall's one-sided upper bound at that confidence
-(:func:`pipeline.monitoring.drift.binomial_upper_bound`, exact, over the day's matured frauds) is below
+(:func:`pipeline.metrics.binomial_upper_bound`, exact, over the day's matured frauds) is below
 the floor: a day of 30 frauds varies by about 0.09 in recall from chance alone, and a point comparison
 reads that as degradation (the decisions bench's healthy champion had 2 such days in 7). The bound is
 exact, not Wilson's, because days of 5-15 matured frauds are common and Wilson's is too low there: it
@@ -36,8 +36,9 @@ from typing import Literal
 
 from pipeline.atomic import write_json_atomic
 from pipeline.file_lock import LockHeld, file_lock
+from pipeline.metrics import binomial_upper_bound
 from pipeline.monitoring.config import MonitoringConfig
-from pipeline.monitoring.drift import SEGMENT_MARK, binomial_upper_bound
+from pipeline.monitoring.drift import SEGMENT_MARK
 
 KEEP_DAYS = 120
 VersionState = Literal["ok", "degraded", "insufficient_evidence", "unjudged"]

@@ -5,11 +5,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pytest
 
 from pipeline.monitoring.drift import (
-    binomial_at_most,
-    binomial_upper_bound,
     broken_inputs,
     categorical_psi,
     collapsed,
@@ -91,21 +88,6 @@ def _channels_day(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
     return {"channel_code": channel, "amount": rng.gamma(2.0, 30.0, n),
             "card_tx_count_1h": np.where(rng.random(n) < 0.6, 0.0, rng.integers(1, 5, n)),  # 60% at 0 in training
             "weekday": np.full(n, 2.0)}
-
-
-def test_the_binomial_tail_is_the_sum_of_its_terms():
-    assert binomial_at_most(3, 10, 0.5) == pytest.approx(176 / 1024)
-    assert binomial_at_most(0, 697, 0.0147) == pytest.approx((1 - 0.0147) ** 697)
-    assert binomial_at_most(10, 10, 0.3) == pytest.approx(1.0) and binomial_at_most(2, 5, 0.0) == 1.0
-    assert binomial_at_most(4, 5, 1.0) == 0.0 and binomial_at_most(5, 5, 1.0) == 1.0
-
-
-def test_the_exact_upper_bound_leaves_the_observed_count_or_fewer_a_tail_of_one_minus_the_confidence():
-    assert binomial_upper_bound(0, 6, 0.95) == pytest.approx(1 - 0.05 ** (1 / 6))  # (1 - u)^6 = 0.05
-    for k, n in ((7, 29), (65, 183), (1, 3)):
-        upper = binomial_upper_bound(k, n, 0.95)
-        assert k / n < upper < 1 and binomial_at_most(k, n, upper) == pytest.approx(0.05, abs=1e-9)
-    assert binomial_upper_bound(0, 0, 0.95) == 1.0 and binomial_upper_bound(5, 5, 0.95) == 1.0
 
 
 def test_a_value_taking_over_part_of_the_traffic_or_a_feature_stuck_at_its_mode_is_a_collapse():
