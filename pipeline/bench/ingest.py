@@ -42,7 +42,7 @@ from pipeline.features.frame import epoch_micros
 from pipeline.features.online import OnlineFeatureState, Payment
 from pipeline.features.transforms import build_features
 from pipeline.ingest.config import IngestConfig, SparkConfig
-from pipeline.ingest.duplicates import ARRIVAL, DUPLICATE, classify_copies
+from pipeline.ingest.duplicates import ARRIVAL, DUPLICATE, arrival_order, classify_copies
 from pipeline.ingest.id_index import Entries, IdIndex, counter_layout, segment_span
 from pipeline.ingest.identity import transaction_id_hashes
 from pipeline.ingest.job import run_raw_ingest
@@ -305,7 +305,8 @@ def _time_id_check(tmp: Path, night_rows: int, repeats: int = 5) -> dict:
             started = time.perf_counter()
             ids = transaction_id_hashes(night["transaction_id"])
             stored = index.lookup(ids)
-            copies = classify_copies(night, Kind.TRANSACTION, ids["h1"] ^ np.uint64(0x5A5A), stored)
+            copies = classify_copies(ids, arrival_order(night[ARRIVAL]), night["partition"].to_numpy(),
+                                     night["offset"].to_numpy(), ids["h1"] ^ np.uint64(0x5A5A), stored)
             seconds.append(time.perf_counter() - started)
         assert copies.count(DUPLICATE) == int(night_rows * RESEND_SHARE), copies.count(DUPLICATE)
         out["id_check_s"][str(nights)] = round(statistics.median(seconds), 4)

@@ -22,9 +22,9 @@ Two places apply this, so that a night of resends rewrites nothing:
 * the read tasks (:func:`mark_store_copies`, batch by batch) look their records up in the
   identity index: a copy of a stored event is quarantined (or only counted) from the start and
   never lands as valid or late. The look-up is O(the batch x log history);
-* the driver (:func:`classify_copies`, pure numpy and Arrow over the run's identity columns and
-  hashes) finds the copies *within* the run, which no single read task can see, among what the
-  tasks kept (valid or late).
+* the driver (:func:`classify_copies`, pure numpy over the hashes the read tasks wrote beside
+  their files) finds the copies *within* the run, which no single read task can see, among what
+  the tasks kept (valid or late).
 """
 
 from __future__ import annotations
@@ -58,28 +58,26 @@ class Copies:
         return int((hit & mask).sum() if mask is not None else hit.sum())
 
 
-def classify_copies(rows: pa.Table, kind: Kind, contents: np.ndarray, stored: Matches) -> Copies:
-    """Classify ``rows`` (identity columns, ``kafka_timestamp``, ``partition``, ``offset``) of one
-    run, with their content hashes and the identity index's ``stored`` matches. Copies within the
-    run are found on the identity columns themselves, not on hashes."""
-    n = rows.num_rows
+def arrival_order(times: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Kafka timestamps as the int64 the first copy is chosen by (a missing one sorts last)."""
+    return pc.fill_null(pc.cast(times, pa.int64()), 2**62).to_numpy(zero_copy_only=False)
+
+
+def classify_copies(ids: np.ndarray, arrival: np.ndarray, partition: np.ndarray, offset: np.ndarray,
+                    contents: np.ndarray, stored: Matches) -> Copies:
+    """Classify one run's records from their identity hashes (:data:`~pipeline.ingest.identity.IDENTITY`),
+    :func:`arrival_order`, Kafka positions and content hashes, with the identity index's ``stored``
+    matches. Copies within the run are found on the 128-bit identities, as the index finds stored ones."""
+    n = len(ids)
     outcome = np.zeros(n, np.int8)
     first_row = np.full(n, -1, np.int64)
     in_store = stored.found
     outcome[in_store] = np.where(contents[in_store] == stored.contents[in_store], DUPLICATE, CONFLICTING)
     if n == 0:
         return Copies(outcome, in_store, first_row)
-    keys = list(IDENTITY_BY_KIND[kind])
-    arrival = pc.fill_null(pc.cast(rows[ARRIVAL], pa.int64()), 2**62)  # no timestamp: sorts last
-    ordered = pa.table({**{k: rows[k] for k in keys}, "_arrival": arrival, "partition": rows["partition"],
-                        "offset": rows["offset"], "_row": pa.array(np.arange(n))})
-    ordered = ordered.sort_by([(k, "ascending") for k in keys]
-                              + [("_arrival", "ascending"), ("partition", "ascending"), ("offset", "ascending")])
-    same = np.ones(n - 1, bool)
-    for k in keys:
-        column = ordered[k].combine_chunks()
-        same &= pc.fill_null(pc.equal(column[1:], column[:-1]), False).to_numpy(zero_copy_only=False)
-    row = ordered["_row"].to_numpy()
+    row = np.lexsort((offset, partition, arrival, ids["h2"], ids["h1"]))
+    ordered = ids[row]
+    same = (ordered["h1"][1:] == ordered["h1"][:-1]) & (ordered["h2"][1:] == ordered["h2"][:-1])
     starts = np.flatnonzero(np.concatenate([[True], ~same]))
     group_first = row[starts[np.cumsum(np.concatenate([[True], ~same])) - 1]]
     later = (group_first != row) & ~in_store[row]

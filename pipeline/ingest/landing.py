@@ -4,7 +4,8 @@ Each read task (one offset range of one partition) validates and screens its Arr
 (:func:`pipeline.ingest.classify.classify_batch`), marks the copies of events the store already
 holds (:func:`pipeline.ingest.duplicates.mark_store_copies`) and writes them with pyarrow straight into this
 run's directories: accepted records to ``<table>/<date column>=D/run_id=R/``, refused ones to
-``quarantine/run_id=R/``. It hands the JVM one summary row (counts per outcome, the partition's
+``quarantine/run_id=R/``, and the hashes of the rows it left valid or late to the run's row hashes
+(``_state/run_hashes/run_id=R/``: the driver settles copies within the run from them). It hands the JVM one summary row (counts per outcome, the partition's
 watermark, files written), not the records: Spark schedules and retries the tasks, while the
 bytes go Kafka -> Arrow -> Parquet without row conversions.
 
@@ -30,18 +31,20 @@ import pyarrow.parquet as pq
 from pipeline.atomic import atomic_path
 from pipeline.contract import TIME_FIELD_BY_KIND, Kind, RejectReason
 from pipeline.ingest.classify import classify_batch
-from pipeline.ingest.duplicates import COPY_REASONS, mark_store_copies
+from pipeline.ingest.duplicates import COPY_REASONS, LATE, mark_store_copies
 from pipeline.ingest.id_index import IdIndex
-from pipeline.ingest.identity import RowHashes
+from pipeline.ingest.identity import RowHashes, as_int64
 from pipeline.ingest.kafka_source import BatchTransform
 from pipeline.ingest.raw_layout import (
     DATE_COLUMN_BY_KIND,
     PAYLOAD,
     QUARANTINE,
+    RUN_HASHES,
     RUN_ID,
     TABLE_BY_KIND,
     quarantine_arrow_schema,
     raw_arrow_schema,
+    run_hashes_arrow_schema,
 )
 from pipeline.ingest.timing import ReadState, TimingRules
 from pipeline.ingest.validate import REASON
@@ -137,6 +140,22 @@ def _quarantine_rows(table: pa.Table, kind: Kind, hashes: RowHashes, quarantine_
     return pa.table([columns[f.name] if f.name in columns else refused_rows[f.name] for f in schema], schema=schema)
 
 
+def _run_hash_rows(table: pa.Table, kind: Kind, hashes: RowHashes) -> pa.Table:
+    """The hashes of the rows left valid or late, in the task's order (the run's copies are found
+    from these: :func:`pipeline.ingest.run_copies.settle_copies`)."""
+    reasons = table[REASON]
+    late = pc.fill_null(pc.equal(reasons, LATE), False)
+    open_rows = np.flatnonzero(pc.or_(pc.is_null(reasons), late).to_numpy(zero_copy_only=False))
+    ids = hashes.identities(open_rows)
+    chosen = table.take(pa.array(open_rows, pa.int64()))
+    columns = {"id_h1": as_int64(ids["h1"]), "id_h2": as_int64(ids["h2"]),
+               "content_hash": as_int64(hashes.contents(open_rows)), "kafka_timestamp": chosen["timestamp"],
+               "partition": chosen["partition"], "offset": chosen["offset"],
+               "day": pc.cast(chosen[TIME_FIELD_BY_KIND[kind]], pa.date32()),
+               "late": pc.fill_null(pc.equal(chosen[REASON], LATE), False)}
+    return pa.table(list(columns.values()), schema=run_hashes_arrow_schema())
+
+
 @dataclass
 class _Tally:
     """What one read task has seen so far."""
@@ -173,6 +192,7 @@ def _write(table: pa.Table, kind: Kind, run_id: str, stem: str, files: _Files, h
                   rows)
     files.add(f"{QUARANTINE}/{RUN_ID}={run_id}/{kind.value}-{stem}.parquet",
               _quarantine_rows(table, kind, hashes, quarantine_identical))
+    files.add(f"{RUN_HASHES}/{RUN_ID}={run_id}/{kind.value}-{stem}.parquet", _run_hash_rows(table, kind, hashes))
 
 
 def land_stream(batches: Iterator[pa.RecordBatch], args: dict) -> Iterator[pa.RecordBatch]:
@@ -190,7 +210,7 @@ def land_stream(batches: Iterator[pa.RecordBatch], args: dict) -> Iterator[pa.Re
             tally.add(table)
             _write(table, kind, args["run_id"], tally.stem, files, hashes, args["quarantine_duplicates"])
     if tally.read:
-        written = files.close()
+        written = {path: rows for path, rows in files.close().items() if not path.startswith(RUN_HASHES)}
         yield _summary_batch(ChunkSummary(tally.topic, tally.partition, tally.first, tally.last, tally.read,
                                           tally.outcomes, state.watermark(tally.partition), written))
 

@@ -189,5 +189,6 @@ def land_and_commit(run: IngestRun, plans: dict[Kind, OffsetPlan]) -> IngestResu
                                          {plans[kind].topic: t.watermarks for kind, t in landed.items()}, index)
         for kind in landed:  # the segments this commit merged away
             store.id_index(kind, committed.index[TABLE_BY_KIND[kind]]).discard_unlisted()
+        store.discard_run_hashes(run.run_id)
         counts["run_manifest"] = manifest.name
     return IngestResult(run.run_id, accounting, str(manifest))

@@ -9,7 +9,13 @@ Layout under the store root (``<state>/raw`` by default)::
     _state/offsets.json                                               # commit log (see offsets.py)
     _state/lock                                                       # one writer at a time
     _state/store.json                                                 # the store's id (RawStore.store_id)
+    _state/run_hashes/run_id=<run>/<kind>-*.parquet                   # a landing run's row hashes (see below)
     _index/<table>/<runs>/bucket-XX.npy                               # identity index (see id_index.py)
+
+Each read task also writes, beside its files, the hashes of the rows it left valid or late, in its
+files' row order (:func:`run_hashes_arrow_schema`): the driver finds the run's copies from them
+without reading the landed rows back (:mod:`pipeline.ingest.run_copies`). They serve one run only:
+deleted after its commit, and with every uncommitted run's files.
 
 Raw rows carry their Kafka position and key, the typed contract fields and ``payload``, the
 record's original JSON text (unknown fields included). Append-only: a run only adds ``run_id=<run>``
@@ -54,6 +60,7 @@ PAYLOAD = "payload"
 QUARANTINE = "quarantine"
 RUN_ID = "run_id"
 POSITION = ("topic", "partition", "offset")
+RUN_HASHES = "_state/run_hashes"
 STORE_FILE = "_state/store.json"  # {"store_id": <uuid4>, "root": <resolved path the store was last used at>}
 
 log = logging.getLogger(__name__)
@@ -83,6 +90,19 @@ QUARANTINE_COLUMNS = [("kind", "string"), ("topic", "string"), ("partition", "in
                        ("kafka_timestamp", "timestamp"), ("key", "binary"), ("value", "binary"),
                        (REASON, "string"), (FIELD, "string"), (DETAIL, "string"),
                        ("transaction_id", "string"), ("id_hash", "long"), ("content_hash", "long")]
+
+
+# One row per record a read task left valid or late: its 128-bit identity and 64-bit content hashes
+# (pipeline.ingest.identity, as int64), Kafka time and position, and where it went: ``late`` rows
+# are in the task's quarantine file (among its other refused rows), the others in the raw file of
+# their ``day`` (the event time's or report time's date). Row order is the task's, so the n-th row
+# of a (task, day) is its raw file's n-th row.
+RUN_HASH_COLUMNS = [("id_h1", "long"), ("id_h2", "long"), ("content_hash", "long"), ("kafka_timestamp", "timestamp"),
+                    ("partition", "int"), ("offset", "long"), ("day", "date"), ("late", "boolean")]
+
+
+def run_hashes_arrow_schema() -> pa.Schema:
+    return pa.schema([(n, _ARROW[t]) for n, t in RUN_HASH_COLUMNS])
 
 
 def raw_arrow_schema(kind: Kind) -> pa.Schema:
@@ -193,6 +213,8 @@ class RawStore:
         log does not list. Call with the lock held."""
         runs = set(self.committed().runs)
         removed = [p for kind in TABLE_BY_KIND for p in self.id_index(kind).discard_unlisted()]
+        # Row hashes serve their own run only: a committed run's were left by a kill after its commit.
+        removed += [p for p in (self.root / RUN_HASHES).glob(f"{RUN_ID}=*") if p.is_dir()]
         for table in [*TABLE_BY_KIND.values(), QUARANTINE]:
             base = self.root / table
             if base.is_dir():
@@ -236,6 +258,14 @@ class RawStore:
         raw = sorted(self.table_path(kind).glob(f"*/{RUN_ID}={run_id}/*.parquet"))
         quarantine = sorted((self.root / QUARANTINE / f"{RUN_ID}={run_id}").glob(f"{kind.value}-*.parquet"))
         return raw, quarantine
+
+    def run_hash_files(self, run_id: str, kind: Kind) -> list[Path]:
+        """The row hashes of ``kind`` that run ``run_id``'s read tasks wrote, one file per task."""
+        return sorted((self.root / RUN_HASHES / f"{RUN_ID}={run_id}").glob(f"{kind.value}-*.parquet"))
+
+    def discard_run_hashes(self, run_id: str) -> None:
+        """Delete run ``run_id``'s row hashes (once it committed, nothing reads them)."""
+        shutil.rmtree(self.root / RUN_HASHES / f"{RUN_ID}={run_id}", ignore_errors=True)
 
     def count_run_rows(self, run_id: str, kind: Kind) -> tuple[int, int]:
         """``(raw rows, quarantine rows)`` of ``kind`` in run ``run_id``'s files (Parquet footers)."""

@@ -1,10 +1,11 @@
 """Find and move the copies within one run (:mod:`pipeline.ingest.duplicates`) in its landed files.
 
 The read tasks landed the run's records as valid (raw files) or refused (quarantine files), and
-refused the copies of stored events already. On the driver, before the commit, this module reads
-the rows that can still be copies (every valid row, and the rows refused as ``LATE_EVENT``),
-classifies them in one frame (a copy of another read task's record is only visible here), and
-rewrites the run's files from that same frame, only where a copy was found:
+refused the copies of stored events already. Beside its files, each task wrote the hashes of the
+rows it left valid or late (``LATE_EVENT``), in its files' row order (the raw store's run hashes,
+:func:`pipeline.ingest.raw_layout.run_hashes_arrow_schema`). On the driver, before the commit, this
+module classifies those rows in one frame (a copy of another read task's record is only visible
+here) from the hashes alone, and reads and rewrites a landed file only where a copy was found:
 
 * a valid row that is a copy leaves its raw file for ``quarantine/run_id=R/<kind>-copies.parquet``;
 * a late row that is a copy is re-marked in its quarantine file (``DUPLICATE`` or
@@ -12,10 +13,12 @@ rewrites the run's files from that same frame, only where a copy was found:
 * identical copies are dropped instead of quarantined when ``[raw] quarantine_duplicates = false``
   (they are still counted).
 
-:class:`RunCopies` returns the moves that the accounting applies to the read tasks' counts, and
-the index entries of the rows that stay valid (a transaction's entry id is what a label's
-``transaction_id`` hashes to: orphan labels are checked against them). Nothing here is visible before the commit: a
-killed run leaves uncommitted files, which the next run deletes.
+So a night without copies within the run costs O(its rows) of small hash columns, not a read-back of
+every landed payload (measured by ``fraudctl bench ingest``). :class:`RunCopies` returns the moves that
+the accounting applies to the read tasks' counts, and the index entries of the rows that stay valid (a
+transaction's entry id is what a label's ``transaction_id`` hashes to: orphan labels are checked
+against them). Nothing here is visible before the commit: a killed run leaves uncommitted files,
+which the next run deletes.
 """
 
 from __future__ import annotations
@@ -28,32 +31,35 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline.contract import FIELDS_BY_KIND, TIME_FIELD_BY_KIND, Kind, RejectReason
+from pipeline.contract import Kind, RejectReason
 from pipeline.ingest.accounting import CopyMoves
 from pipeline.ingest.duplicates import (
-    ARRIVAL,
     CONFLICTING,
     DUPLICATE,
     KEEP,
     LATE,
     Copies,
+    arrival_order,
     classify_copies,
     run_copy_details,
 )
 from pipeline.ingest.id_index import Entries, Matches
-from pipeline.ingest.identity import IDENTITY, IDENTITY_BY_KIND, content_hashes, from_int64, identity_hashes
+from pipeline.ingest.identity import IDENTITY, IDENTITY_BY_KIND, from_int64
 from pipeline.ingest.raw_layout import (
+    DATE_COLUMN_BY_KIND,
     PAYLOAD,
     QUARANTINE,
     RUN_ID,
+    TABLE_BY_KIND,
     RawStore,
     quarantine_arrow_schema,
     write_table_atomic,
 )
-from pipeline.ingest.timing import LATENESS_SCREENED
 from pipeline.ingest.validate import DETAIL, FIELD, REASON
 
-POSITION = ("partition", "offset")
+
+class RunHashesMismatch(RuntimeError):
+    """A run's row hashes do not describe its landed files (never expected: the tasks write both)."""
 
 
 @dataclass(frozen=True)
@@ -67,26 +73,33 @@ class RunCopies:
 
 
 @dataclass(frozen=True)
-class _Source:
-    """Rows read from the run's files, with the file and row range each came from."""
+class _RunRows:
+    """The run's valid and late rows from its row hashes, parallel arrays in task-file order."""
 
-    rows: pa.Table
-    files: list[tuple[Path, int, int]]  # (file, first row, end row) in ``rows``
-
-
-def _read(paths: list[Path], columns: list[str], late_only: bool) -> _Source:
-    tables, files, at = [], [], 0
-    for path in paths:
-        table = pq.read_table(path, columns=columns + ([REASON] if late_only else []))
-        if late_only:
-            table = table.filter(pc.equal(table[REASON], LATE)).drop_columns([REASON])
-        files.append((path, at, at + table.num_rows))
-        tables.append(table)
-        at += table.num_rows
-    return _Source(pa.concat_tables(tables) if tables else None, files)
+    stems: list[str]  # one per read task (its files' name stem)
+    task: np.ndarray  # int32: index into ``stems``
+    ids: np.ndarray  # IDENTITY
+    contents: np.ndarray  # uint64
+    arrival: np.ndarray  # int64 (arrival_order)
+    partition: np.ndarray
+    offset: np.ndarray
+    day: np.ndarray  # int32 days since the epoch
+    late: np.ndarray  # bool
 
 
-def _as_quarantine(rows: pa.Table, kind: Kind, reasons: np.ndarray, details: list[str],
+def _read_run_rows(paths: list[Path], kind: Kind) -> _RunRows:
+    stems = [p.stem.removeprefix(f"{kind.value}-") for p in paths]
+    tables = [pq.read_table(p) for p in paths]
+    table = pa.concat_tables(tables)
+    ids = np.empty(table.num_rows, IDENTITY)
+    ids["h1"], ids["h2"] = from_int64(table["id_h1"]), from_int64(table["id_h2"])
+    task = np.repeat(np.arange(len(paths), dtype=np.int32), [t.num_rows for t in tables])
+    as_np = lambda name: table[name].to_numpy()  # noqa: E731
+    return _RunRows(stems, task, ids, from_int64(table["content_hash"]), arrival_order(table["kafka_timestamp"]),
+                    as_np("partition"), as_np("offset"), table["day"].cast(pa.int32()).to_numpy(), as_np("late"))
+
+
+def _as_quarantine(rows: pa.Table, kind: Kind, reasons: np.ndarray, details: np.ndarray,
                    ids: np.ndarray, contents: np.ndarray) -> pa.Table:
     n = rows.num_rows
     columns = {"kind": pa.repeat(kind.value, n), "value": rows[PAYLOAD].cast(pa.binary()),
@@ -97,77 +110,90 @@ def _as_quarantine(rows: pa.Table, kind: Kind, reasons: np.ndarray, details: lis
     return pa.table([columns[f.name] if f.name in columns else rows[f.name] for f in schema], schema=schema)
 
 
-def _details(rows: pa.Table, late_from: int, copies: Copies) -> np.ndarray:
+def _details(rows: _RunRows, copies: Copies) -> np.ndarray:
     """The quarantine detail of each copy (object array parallel to ``rows``; None where no copy)."""
-    details = np.full(rows.num_rows, None, object)
+    details = np.full(len(rows.ids), None, object)
     hit = np.flatnonzero(copies.outcome)
     if len(hit):
         first = copies.first_row[hit]
-        details[hit] = run_copy_details(copies.outcome[hit] == DUPLICATE, rows["partition"].to_numpy()[first],
-                                        rows["offset"].to_numpy()[first],
-                                        first < late_from).to_numpy(zero_copy_only=False)
+        details[hit] = run_copy_details(copies.outcome[hit] == DUPLICATE, rows.partition[first], rows.offset[first],
+                                        ~rows.late[first]).to_numpy(zero_copy_only=False)
     return details
 
 
 def settle_copies(store: RawStore, kind: Kind, run_id: str, run_ordinal: int, quarantine_identical: bool) -> RunCopies:
     """Classify and move the copies among run ``run_id``'s landed rows of ``kind`` (see module doc);
     ``run_ordinal`` is the run's position in the commit log once committed (its index entries')."""
-    identity = list(IDENTITY_BY_KIND[kind])
-    fields = [s.name for s in FIELDS_BY_KIND[kind]]
-    raw_paths, quarantine_paths = store.run_files(run_id, kind)
-    raw = _read(raw_paths, [*fields, ARRIVAL, *POSITION], late_only=False)
-    # Only screened kinds have late rows; their identity (transaction_id) is a quarantine column.
-    late = _read(quarantine_paths, [*identity, "content_hash", ARRIVAL, *POSITION],
-                 late_only=True) if kind in LATENESS_SCREENED else _Source(None, [])
-    # One frame: the valid rows first, then the late ones (a night of old resends has only late rows).
-    n_raw = raw.rows.num_rows if raw.rows is not None else 0
-    frames, contents = [], []
-    ids = identity_hashes(raw.rows, kind) if n_raw else np.zeros(0, IDENTITY)  # valid rows' (late: never indexed)
-    if n_raw:
-        frames.append(raw.rows.select([*identity, ARRIVAL, *POSITION]))
-        contents.append(content_hashes(raw.rows, kind))
-    if late.rows is not None and late.rows.num_rows:
-        late_rows = late.rows.select([*identity, ARRIVAL, *POSITION])
-        frames.append(late_rows.cast(frames[0].schema) if frames else late_rows)
-        contents.append(from_int64(late.rows["content_hash"]))
-    if not frames:
+    paths = store.run_hash_files(run_id, kind)
+    if not paths:
         return RunCopies.none()
-    rows, contents = pa.concat_tables(frames), np.concatenate(contents)
+    rows = _read_run_rows(paths, kind)
+    _check_raw_rows(store, kind, run_id, rows)
     # The read tasks refused copies of stored events: what is left can only copy this run's own.
-    copies = classify_copies(rows, kind, contents, Matches.none(len(contents)))
-    details = _details(rows, n_raw, copies)
+    copies = classify_copies(rows.ids, rows.arrival, rows.partition, rows.offset, rows.contents,
+                             Matches.none(len(rows.ids)))
+    if copies.outcome.any():
+        _move_copies(store, kind, run_id, rows, copies, quarantine_identical)
+    is_raw = ~rows.late
+    kept = np.flatnonzero(is_raw & (copies.outcome == KEEP))
+    moves = CopyMoves(copies.count(DUPLICATE, is_raw), copies.count(CONFLICTING, is_raw),
+                      copies.count(DUPLICATE, ~is_raw), copies.count(CONFLICTING, ~is_raw))
+    entries = Entries(rows.ids[kept], rows.contents[kept], rows.day[kept], np.full(len(kept), run_ordinal, np.int32))
+    return RunCopies(moves, entries)
+
+
+def _raw_path(store: RawStore, kind: Kind, run_id: str, day: int, stem: str) -> Path:
+    """The raw file a read task wrote for one day (:func:`pipeline.ingest.landing._write`'s name)."""
+    iso = np.datetime64(int(day), "D").astype(str)
+    return store.table_path(kind) / f"{DATE_COLUMN_BY_KIND[kind]}={iso}" / f"{RUN_ID}={run_id}" / f"{stem}.parquet"
+
+
+def _check_raw_rows(store: RawStore, kind: Kind, run_id: str, rows: _RunRows) -> None:
+    """The hashes' valid rows are the raw files' rows, file by file (Parquet footers only): the copies
+    are moved by row position, so a mismatch would move the wrong rows."""
+    valid = ~rows.late
+    files, counts = np.unique((rows.task[valid].astype(np.int64) << 32) | rows.day[valid].astype(np.int64),
+                              return_counts=True)
+    expected = {_raw_path(store, kind, run_id, int(f & 0xFFFFFFFF), rows.stems[int(f >> 32)]): int(n)
+                for f, n in zip(files, counts, strict=True)}
+    landed = {p: pq.ParquetFile(p).metadata.num_rows for p in store.run_files(run_id, kind)[0]}
+    if expected != landed:
+        differ = sorted(str(p) for p in set(expected) | set(landed) if expected.get(p) != landed.get(p))
+        raise RunHashesMismatch(f"run {run_id}'s {TABLE_BY_KIND[kind]} row hashes do not match its landed files "
+                                f"({len(differ)} differ, first {differ[0]}): the run is not committed; rerun it "
+                                "(its files are discarded first)")
+
+
+def _move_copies(store: RawStore, kind: Kind, run_id: str, rows: _RunRows, copies: Copies,
+                 quarantine_identical: bool) -> None:
+    """Rewrite the landed files that hold copies (see module doc)."""
+    details = _details(rows, copies)
     reasons = np.where(copies.outcome == DUPLICATE, RejectReason.DUPLICATE.value,
                        RejectReason.CONFLICTING_DUPLICATE.value).astype(object)
     # Which copies become quarantine rows: all of them, or only the conflicting ones.
     as_row = (copies.outcome == CONFLICTING) | ((copies.outcome == DUPLICATE) & quarantine_identical)
-
+    hit_tasks = np.unique(rows.task[copies.outcome != KEEP])
     moved_out = []
-    for path, lo, hi in raw.files:
-        hit = copies.outcome[lo:hi] != KEEP
-        if not hit.any():
-            continue
-        table = pq.read_table(path)
-        write_table_atomic(table.filter(pa.array(~hit)), path)
-        rows_out = np.flatnonzero(hit & as_row[lo:hi])
-        at = rows_out + lo
-        moved_out.append(_as_quarantine(table.take(pa.array(rows_out)), kind, reasons[at],
-                                        details[at], ids[at], contents[at]))
+    for task in hit_tasks.tolist():
+        of_task = rows.task == task
+        valid, late = of_task & ~rows.late, of_task & rows.late
+        for day in np.unique(rows.day[valid & (copies.outcome != KEEP)]).tolist():
+            at = np.flatnonzero(valid & (rows.day == day))  # the file's rows, in order
+            hit = copies.outcome[at] != KEEP
+            path = _raw_path(store, kind, run_id, day, rows.stems[task])
+            table = pq.read_table(path)
+            write_table_atomic(table.filter(pa.array(~hit)), path)
+            out = np.flatnonzero(hit & as_row[at])
+            chosen = at[out]
+            moved_out.append(_as_quarantine(table.take(pa.array(out)), kind, reasons[chosen], details[chosen],
+                                            rows.ids[chosen], rows.contents[chosen]))
+        at = np.flatnonzero(late)  # the quarantine file's late rows, in order
+        if (copies.outcome[at] != KEEP).any():
+            path = store.root / QUARANTINE / f"{RUN_ID}={run_id}" / f"{kind.value}-{rows.stems[task]}.parquet"
+            _remark_late(path, kind, copies.outcome[at], reasons[at], as_row[at], details[at])
     if moved_out:
         write_table_atomic(pa.concat_tables(moved_out),
                            store.root / QUARANTINE / f"{RUN_ID}={run_id}" / f"{kind.value}-copies.parquet")
-    for path, lo, hi in late.files:
-        span = slice(n_raw + lo, n_raw + hi)
-        if (copies.outcome[span] != KEEP).any():
-            _remark_late(path, kind, copies.outcome[span], reasons[span], as_row[span], details[span])
-
-    is_raw = np.arange(len(contents)) < n_raw
-    kept = np.flatnonzero(is_raw & (copies.outcome == KEEP))
-    days = (pc.cast(raw.rows[TIME_FIELD_BY_KIND[kind]], pa.date32()).cast(pa.int32()).to_numpy(zero_copy_only=False)
-            if n_raw else np.zeros(0, np.int32))
-    moves = CopyMoves(copies.count(DUPLICATE, is_raw), copies.count(CONFLICTING, is_raw),
-                      copies.count(DUPLICATE, ~is_raw), copies.count(CONFLICTING, ~is_raw))
-    entries = Entries(ids[kept], contents[kept], days[kept].astype(np.int32), np.full(len(kept), run_ordinal, np.int32))
-    return RunCopies(moves, entries)
 
 
 def _remark_late(path: Path, kind: Kind, outcome: np.ndarray, reasons: np.ndarray, as_row: np.ndarray,

@@ -7,8 +7,9 @@ import numpy as np
 import pyarrow as pa
 
 from pipeline.contract import Kind
-from pipeline.ingest.duplicates import CONFLICTING, DUPLICATE, KEEP, classify_copies
+from pipeline.ingest.duplicates import CONFLICTING, DUPLICATE, KEEP, arrival_order, classify_copies
 from pipeline.ingest.id_index import Matches
+from pipeline.ingest.identity import identity_hashes
 
 TS = pa.timestamp("us", tz="UTC")
 
@@ -28,8 +29,11 @@ def nothing_stored(n: int) -> Matches:
 
 
 def classify(table: pa.Table, contents: list[int], stored: Matches | None = None, kind=Kind.TRANSACTION):
+    """classify_copies on ``table``'s rows, identities hashed from its identity columns of ``kind``."""
     n = table.num_rows
-    return classify_copies(table, kind, np.array(contents, np.uint64), stored or nothing_stored(n))
+    return classify_copies(identity_hashes(table, kind), arrival_order(table["kafka_timestamp"]),
+                           table["partition"].to_numpy(), table["offset"].to_numpy(), np.array(contents, np.uint64),
+                           stored or nothing_stored(n))
 
 
 def test_unique_identities_are_kept():
@@ -78,6 +82,6 @@ def test_label_identity_includes_verdict_and_report_time():
     })
     stored = Matches(np.array([False, False, False, True]), np.array([0, 0, 0, 5], np.uint64),
                      np.zeros(4, np.int32), np.zeros(4, np.int32))
-    copies = classify_copies(table, Kind.LABEL, np.array([1, 2, 1, 5], np.uint64), stored)
+    copies = classify(table, [1, 2, 1, 5], stored, Kind.LABEL)
     # t1 fraud then cleared: two reports, both kept; the repeated fraud report is a duplicate.
     assert copies.outcome.tolist() == [KEEP, KEEP, DUPLICATE, DUPLICATE]

@@ -73,6 +73,8 @@ def test_resent_payments_are_duplicates_never_late_and_later_nights_run(spark, s
     send(kafka_config, kafka_config.transactions_topic, first)
     night1 = ingest(kafka_config, spark)
     assert night1.accounting[0].valid == 30
+    # The row hashes the driver settled copies from serve their run only: gone once it committed.
+    assert not store().run_hash_files(night1.run_id, Kind.TRANSACTION)
 
     # A payment switch resends a batch: old payments (3-4 weeks behind, beyond the lateness bound)
     # and recent ones, byte for byte; one genuinely new payment, and one new but late.
