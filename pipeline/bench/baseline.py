@@ -41,7 +41,7 @@ from pipeline.datasets.reader import read_split
 from pipeline.paths import state_dir
 from pipeline.training.config import load_train_config
 from pipeline.training.launch import Torchrun, train_pinned
-from pipeline.training.run_dir import RunDir, RunSummary
+from pipeline.training.run_dir import BlendSummary, RunDir, RunSummary
 
 SEEDS = (1, 2, 3)
 FIGURES = ("auc_roc", "average_precision", "card_precision_at_100", "recall_at_1pct_fpr", "ece", "ece_validation",
@@ -148,12 +148,20 @@ def train_ours(portfolio: BenchPortfolio, workdir: Path, seed: int, quick: bool,
 def ours_scores(portfolio: BenchPortfolio, splits: dict[str, pd.DataFrame], workdir: Path, seed: int,
                 quick: bool, negative_sample_rate: float = 1.0) -> Scored:
     run, summary = train_ours(portfolio, workdir, seed, quick, negative_sample_rate)
-    blend = summary.blend
     return Scored(score_frame(run, portfolio.data.holdout.frame), score_frame(run, splits["validation"]),
                   summary.wall_s, {"epochs": summary.epochs, "best_epoch": summary.best_epoch,
-                                   "blend_kept": bool(blend and blend.kept), "gbm_weight": blend.gbm_weight if blend else 0.0,
-                                   "validation_ap_network": blend.validation_ap_network if blend else None,
-                                   "validation_ap_blend": blend.validation_ap_blend if blend else None})
+                                   **blend_figures(summary.blend)})
+
+
+def blend_figures(blend: BlendSummary | None) -> dict[str, Any]:
+    """The blend's decision and its evidence as a bench run reports them: validation APs of the network
+    and of the blend (out of fold), the gain with its card-clustered bootstrap interval, the rule."""
+    if blend is None:
+        return {"blend_kept": False, "gbm_weight": 0.0, "validation_ap_network": None, "validation_ap_blend": None}
+    return {"blend_kept": blend.kept, "gbm_weight": blend.gbm_weight, "blend_trees": blend.trees,
+            "validation_ap_network": blend.validation_ap_network, "validation_ap_blend": blend.validation_ap_blend,
+            "blend_ap_gain": blend.ap_gain, "blend_ap_gain_interval": [blend.ap_gain_lower, blend.ap_gain_upper],
+            "blend_rule": blend.rule}
 
 
 def _summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -75,7 +75,8 @@ def finalize_run(run: RunDir, checkpointer: Checkpointer, dataset_root: Path, ma
     calibrated validation scores, write model/, validation scores and summary.json.
 
     With ``blend.gbm``, a LightGBM booster is fitted and stacked with the network by the calibration
-    fit (:mod:`.blend`); kept (in ``best/`` and ``model/``) when it ranks validation better.
+    fit (:mod:`.blend`); kept (in ``best/`` and ``model/``) when it ranks validation better out of
+    sample (stack cross-fitted over time folds, booster never fitted on validation).
 
     Side effects, in order: ``best/`` republished with ``calibration.pt`` (and ``gbm.*``), ``model/``
     published whole (weights, booster, ``operating_points.json``), ``validation_scores.parquet``,
@@ -121,8 +122,7 @@ def calibrate_best(checkpointer: Checkpointer, dataset_root: Path, manifest: Dat
     calibration = fit_calibration(torch.from_numpy(scored.logits), torch.from_numpy(scored.labels).float())
     blended = None
     if blend is not None and blend.gbm:
-        calibration, blended, logits = blend_network(model, scored.logits, scored.labels, dataset_root, manifest,
-                                                     blend, seed, calibration)
+        calibration, blended, logits = blend_network(model, scored, dataset_root, manifest, blend, seed, calibration)
         scored = dataclasses.replace(scored, logits=logits)  # the blend's log-odds on the network's scale
     checkpointer.save_calibrated(calibration.temperature, calibration.logit_shift, model.gbm)
     apply_calibration(model, calibration)

@@ -70,14 +70,29 @@ class CompressionSummary:
 
 @dataclass(frozen=True)
 class BlendSummary:
-    """What the blend step (pipeline/training/blend.py) decided."""
+    """What the blend step (pipeline/training/blend.py) decided, and the evidence it decided on.
+
+    The fields after ``train_rows`` arrived with out-of-sample decisions; a summary written before
+    them has ``rule`` None, and its two AP figures were judged in sample (the booster early-stopped
+    and the stack fitted on the same validation rows)."""
 
     kept: bool  # the booster is part of the model
     trees: int
     gbm_weight: float  # the booster's weight in the calibrated logit (0 when not kept)
-    validation_ap_network: float
-    validation_ap_blend: float
+    validation_ap_network: float  # the network's AP on the decision rows (all of validation)
+    validation_ap_blend: float  # the blend's out-of-fold AP on the same rows
     train_rows: int  # rows the booster trained on
+    early_stopping_rows: int | None = None  # latest train rows whose log-loss stopped the booster (not trained on)
+    stacking_folds: int | None = None  # time folds of validation the stacking weight was cross-fitted over
+    decision_rows: int | None = None  # validation rows the two APs were measured on
+    decision_positives: int | None = None  # frauds among them
+    ap_gain: float | None = None  # validation_ap_blend - validation_ap_network (out of fold)
+    ap_gain_lower: float | None = None  # the gain's bootstrap interval (NaN: too few frauds for one)
+    ap_gain_upper: float | None = None
+    ap_gain_confidence: float | None = None  # two-sided level of that interval
+    bootstrap_resamples: int | None = None  # resamples of whole cards behind the interval
+    bootstrap_cards: int | None = None  # distinct cards resampled
+    rule: str | None = None  # the keep rule applied, in words (None: an in-sample decision of an older run)
 
 
 @dataclass(frozen=True)
