@@ -322,18 +322,42 @@ def delong_auc_difference(labels, scores_a, scores_b, clusters=None, confidence:
     pos_b, neg_b = _auc_placements(b, positive)
     pos_d, neg_d = pos_a - pos_b, neg_a - neg_b  # placements of the difference (the statistic is linear)
     estimate = float(pos_d.mean())
-    if clusters is None:
-        units = y.size
-        variance = pos_d.var(ddof=1) / m + neg_d.var(ddof=1) / n
-    else:
-        codes = _cluster_codes(clusters, y.size)
-        units = int(codes.max()) + 1
-        # Each cluster's contribution to the linearised estimator; var = k/(k-1) * sum of squares.
-        per_cluster = (np.bincount(codes[positive], (pos_d - estimate) / m, minlength=units)
-                       + np.bincount(codes[~positive], (neg_d - estimate) / n, minlength=units))
-        variance = units / (units - 1) * float(np.sum(per_cluster ** 2)) if units > 1 else nan
+    variance, units = _placement_variance(positive, pos_d, neg_d, estimate, clusters)
     lower, upper = _normal_interval(estimate, variance, confidence)
     return PairedDifference(estimate, lower, upper, confidence, method, units)
+
+
+def _placement_variance(positive: np.ndarray, pos: np.ndarray, neg: np.ndarray, estimate: float,
+                        clusters) -> tuple[float, int]:
+    """DeLong's variance of an AUC (or AUC difference) from its placements, and the independent units
+    behind it: rows, or ``clusters`` (then deviations are summed per cluster first, Obuchowski 1997)."""
+    m, n = int(positive.sum()), int((~positive).sum())
+    if clusters is None:
+        return pos.var(ddof=1) / m + neg.var(ddof=1) / n, positive.size
+    codes = _cluster_codes(clusters, positive.size)
+    units = int(codes.max()) + 1
+    # Each cluster's contribution to the linearised estimator; var = k/(k-1) * sum of squares.
+    per_cluster = (np.bincount(codes[positive], (pos - estimate) / m, minlength=units)
+                   + np.bincount(codes[~positive], (neg - estimate) / n, minlength=units))
+    return (units / (units - 1) * float(np.sum(per_cluster ** 2)) if units > 1 else float("nan")), units
+
+
+def auc_upper_bound(labels, scores, clusters=None, confidence: float = 0.95) -> tuple[float, float]:
+    """AUC-ROC and its one-sided upper confidence bound (DeLong, by ``clusters`` when given, as in
+    :func:`delong_auc_difference`: a card's frauds are one piece of evidence, not several); with
+    ``confidence`` 0 the bound is the AUC itself. NaN for one class only or fewer than 2 of either."""
+    y, s = _arrays(labels, scores)
+    positive = y == 1
+    if positive.sum() < 2 or (~positive).sum() < 2:
+        return float("nan"), float("nan")
+    pos, neg = _auc_placements(s, positive)
+    auc = float(pos.mean())
+    if confidence <= 0:
+        return auc, auc
+    variance, _ = _placement_variance(positive, pos, neg, auc, clusters)
+    if not math.isfinite(variance):
+        return auc, float("nan")
+    return auc, min(1.0, auc + NormalDist().inv_cdf(confidence) * math.sqrt(max(variance, 0.0)))
 
 
 def _cluster_codes(clusters, n: int) -> np.ndarray:

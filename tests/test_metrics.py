@@ -14,6 +14,7 @@ from pipeline import metrics
 from pipeline.metrics import (
     CalibrationBin,
     auc_roc,
+    auc_upper_bound,
     average_precision,
     binomial_at_most,
     binomial_upper_bound,
@@ -408,3 +409,31 @@ def test_the_exact_upper_bound_leaves_the_observed_count_or_fewer_a_tail_of_one_
         upper = binomial_upper_bound(k, n, 0.95)
         assert k / n < upper < 1 and binomial_at_most(k, n, upper) == pytest.approx(0.05, abs=1e-9)
     assert binomial_upper_bound(0, 0, 0.95) == 1.0 and binomial_upper_bound(5, 5, 0.95) == 1.0
+
+
+def test_the_auc_upper_bound_covers_the_portfolios_auc_about_as_often_as_it_claims():
+    """Days drawn from one portfolio: the one-sided 95% bound of each day's AUC lies at or above the
+    portfolio's own AUC in about 95% of them; by card, a day whose frauds come in pairs per card still does."""
+    rng = np.random.default_rng(31)
+
+    def day(n, cards_per_fraud=1):
+        y = (rng.random(n) < 0.03).astype(np.int64)
+        card_effect = rng.normal(0.0, 1.0, n)  # a card's frauds score alike
+        s = np.repeat(rng.normal(0.0, 1.0, n) + 1.5 * y + card_effect, cards_per_fraud)[:n]
+        return np.repeat(y, cards_per_fraud)[:n], s, np.repeat(np.arange(n), cards_per_fraud)[:n]
+
+    truth = auc_roc(*day(400_000)[:2])
+    covered = [auc_upper_bound(y, s, confidence=0.95)[1] >= truth for y, s, _ in (day(3000) for _ in range(80))]
+    assert 70 <= sum(covered) <= 80
+    paired = [day(3000, cards_per_fraud=2) for _ in range(80)]
+    by_card = [auc_upper_bound(y, s, cards, 0.95)[1] >= truth for y, s, cards in paired]
+    by_row = [auc_upper_bound(y, s, None, 0.95)[1] >= truth for y, s, _ in paired]
+    assert 70 <= sum(by_card) <= 80 and sum(by_row) < sum(by_card)
+
+
+def test_the_auc_upper_bound_is_the_auc_at_confidence_0_and_nan_without_both_classes():
+    y, a, _ = two_models(np.random.default_rng(32))
+    auc, upper = auc_upper_bound(y, a, confidence=0.0)
+    assert auc == upper == pytest.approx(auc_roc(y, a), abs=1e-12)
+    assert auc_upper_bound(y, a, confidence=0.95)[1] > auc
+    assert all(math.isnan(v) for v in auc_upper_bound(np.zeros(10), np.arange(10.0)))

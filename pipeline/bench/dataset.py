@@ -33,7 +33,7 @@ from pipeline.kafka.broker import EmbeddedBroker, free_port
 from pipeline.kafka.producer import publish_records
 from pipeline.kafka.settings import load_kafka_config
 from pipeline.paths import state_dir
-from pipeline.simulation import load_simulation_config
+from pipeline.simulation import SimulationConfig, load_simulation_config
 from pipeline.simulation.windows import Window, labels_published_on, simulate_window
 
 BENCH_DATASET_ENV = "FRAUD_BENCH_DATASET"
@@ -60,6 +60,16 @@ class BenchPortfolio:
     data: BacktestData
     truth: pd.DataFrame | None  # transaction_id, pattern: the simulator's truth (None for an external dataset)
     source: str  # a sentence saying where the data came from
+    simulation: SimulationConfig | None = None  # what simulated its window (None for an external dataset)
+
+
+def portfolio_simulation(preset: str, withheld: str | None = None) -> SimulationConfig:
+    """The preset's simulation config (conf/dev), with the ``withheld`` fraud pattern's share set to 0:
+    a portfolio whose model never saw that pattern, for a preset that simulates every pattern."""
+    base = load_simulation_config("dev", None if preset == PRESETS[0] else preset)
+    if withheld is None:
+        return base
+    return dataclasses.replace(base, pattern_mix=dataclasses.replace(base.pattern_mix, **{withheld: 0.0}))
 
 
 def bench_dataset_root(quick: bool, preset: str | None = None) -> tuple[Path, str]:
@@ -71,8 +81,9 @@ def bench_dataset_root(quick: bool, preset: str | None = None) -> tuple[Path, st
     return portfolio.data.root, portfolio.source
 
 
-def bench_portfolio(quick: bool, preset: str | None = None) -> BenchPortfolio:
-    """The preset's portfolio, built on first use (module docstring)."""
+def bench_portfolio(quick: bool, preset: str | None = None, withheld: str | None = None) -> BenchPortfolio:
+    """The preset's portfolio, built on first use (module docstring); with ``withheld``, the preset
+    without that fraud pattern (:func:`portfolio_simulation`), named ``<preset>-without-<pattern>``."""
     explicit = os.environ.get(BENCH_DATASET_ENV)
     if explicit:
         root = Path(explicit)
@@ -81,8 +92,9 @@ def bench_portfolio(quick: bool, preset: str | None = None) -> BenchPortfolio:
                               f"${BENCH_DATASET_ENV}={explicit}")
     preset = preset or PRESETS[0]
     size = QUICK if quick else FULL
-    workdir = state_dir() / "bench" / f"{preset}-{'quick' if quick else 'full'}"
-    base = load_simulation_config("dev", None if preset == "default" else preset)
+    name = preset if withheld is None else f"{preset}-without-{withheld}"
+    workdir = state_dir() / "bench" / f"{name}-{'quick' if quick else 'full'}"
+    base = portfolio_simulation(preset, withheld)
     window = Window(0, date.fromisoformat(base.start_date), SIM_DAYS)
     spec = BacktestSpec(window.start + timedelta(days=BENCH_DAYS.train + BENCH_DAYS.validation - 1), BENCH_DAYS)
     config = _ingest_config(workdir)
@@ -95,9 +107,10 @@ def bench_portfolio(quick: bool, preset: str | None = None) -> BenchPortfolio:
             _land(workdir, config, window, sim)
             sim.truth[["transaction_id", "pattern"]].to_parquet(truth_path)  # last: marks the raw store complete
         data = build_backtest_data(config, spec, workdir / "dataset", progress=quiet())
-    source = (f"simulator preset {preset} ({size.num_cards} cards, {SIM_DAYS} days, seed {base.seed}) -> Kafka -> "
-              f"Spark ingest -> backtest {spec.name}, cached in {workdir}")
-    return BenchPortfolio(preset, data, pd.read_parquet(truth_path), source)
+    without = f", fraud pattern {withheld} withheld" if withheld else ""
+    source = (f"simulator preset {preset} ({size.num_cards} cards, {SIM_DAYS} days, seed {base.seed}{without}) -> "
+              f"Kafka -> Spark ingest -> backtest {spec.name}, cached in {workdir}")
+    return BenchPortfolio(name, data, pd.read_parquet(truth_path), source, base)
 
 
 def _ingest_config(workdir: Path) -> IngestConfig:

@@ -34,11 +34,15 @@ week (the holdout every model is judged on):
   and judged as above: ``days_to_detection`` (1: the first affected day, judged when its labels
   matured) and the rules that fired (``detected_by``); days called degraded before the fault began
   are false alarms too. The healthy week recomputed through the same feature kernel
-  (``recomputed_control_false_alarm_days``) shows the recomputation alone raises nothing.
+  (``recomputed_control_false_alarm_days``) shows the recomputation alone raises nothing. A preset
+  that simulates every pattern (highrisk) gets its new pattern from a second portfolio, the preset
+  without its smallest pattern, and a second model trained on it (the detail names that portfolio):
+  one more portfolio build and training run for that preset.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from dataclasses import dataclass
 from datetime import date
@@ -56,10 +60,12 @@ from pipeline.bench.dataset import FULL, PRESETS, QUICK, SIM_DAYS, BenchPortfoli
 from pipeline.bench.degradations import (
     Degradation,
     LiveWeek,
+    absent_pattern,
     acquirer_minor_units,
     channel_outage,
     new_fraud_pattern,
     recomputed,
+    withheld_pattern,
 )
 from pipeline.datasets.reader import read_split
 from pipeline.decisions.operating_points import (
@@ -71,7 +77,7 @@ from pipeline.decisions.operating_points import (
 )
 from pipeline.decisions.review_tracking import ReviewThresholdTracker, ReviewTrackingConfig
 from pipeline.ingest.config import load_ingest_config
-from pipeline.metrics import precision_at_rate, recall_at_rate
+from pipeline.metrics import auc_roc, auc_upper_bound, precision_at_rate, recall_at_rate
 from pipeline.monitoring.config import MonitoringConfig, load_monitoring_config
 from pipeline.monitoring.drift import broken_inputs, feature_psi, out_of_range_features
 from pipeline.monitoring.history import (
@@ -83,7 +89,6 @@ from pipeline.monitoring.history import (
 )
 from pipeline.paths import state_dir
 from pipeline.serving.config import DecisionConfig, load_serving_config
-from pipeline.simulation import load_simulation_config
 from pipeline.simulation.windows import Window, labels_published_on, simulate_window
 from pipeline.training.config import load_train_config
 from pipeline.training.run_dir import RunDir
@@ -149,11 +154,12 @@ def _stuck_feature(run: RunDir, validation: pd.DataFrame, train: pd.DataFrame, f
     return worst, float(train[worst].median())
 
 
-def _monitored_days(frame: pd.DataFrame, flagged: np.ndarray, expected: float, config: MonitoringConfig,
-                    training: dict[str, np.ndarray], categorical: set[str]) -> list[dict[str, Any]]:
+def _monitored_days(frame: pd.DataFrame, scores: np.ndarray, flagged: np.ndarray, expected: float,
+                    expected_auc: float, config: MonitoringConfig, training: dict[str, np.ndarray],
+                    categorical: set[str]) -> list[dict[str, Any]]:
     """The monitor's judgement of each test day, in order (its per-version history as it accumulates),
-    of the payments as they were flagged when served, their served features against ``training``:
-    the state and the rules behind a ``degraded`` one (:func:`degraded_by`)."""
+    of the payments as they were scored and flagged when served, their served features against
+    ``training``: the state and the rules behind a ``degraded`` one (:func:`degraded_by`)."""
     days = pd.to_datetime(frame["event_time"], utc=True).dt.date.to_numpy()
     labels = frame["label"].to_numpy().astype(bool)
     history: list[MonitoredDay] = []
@@ -164,14 +170,17 @@ def _monitored_days(frame: pd.DataFrame, flagged: np.ndarray, expected: float, c
         recall = float((flagged[rows] & labels[rows]).sum() / frauds) if frauds else None
         served = {n: frame.loc[rows, n].to_numpy(np.float64) for n in training}
         drift = feature_psi(training, served, categorical, config.feature_bins)
+        ranking = auc_upper_bound(labels[rows], scores[rows], frame.loc[rows, "card_id"].to_numpy(), config.confidence)
         entry = judge_day(day, frauds, recall, expected, config,
                           broken_inputs(training, served, config.stuck_feature_share, config.segment_features,
                                         config.segment_kept),
-                          out_of_range_features(training, served, config.range_features, config.out_of_range_share))
+                          out_of_range_features(training, served, config.range_features, config.out_of_range_share),
+                          ranking, expected_auc)
         history.append(entry)
         streak = days_below_in_a_row(history, day)
         top = max(drift, key=drift.get)
         out.append({"date": day.isoformat(), "frauds": frauds, "recall": recall, "recall_upper": entry.recall_upper,
+                    "auc": entry.auc, "auc_upper": entry.auc_upper, "auc_floor": entry.auc_floor,
                     "review_rate": float(flagged[rows].mean()), "broken_features": list(entry.broken_features),
                     "out_of_range_features": list(entry.out_of_range_features),
                     "feature_psi_max": [top, drift[top]], "state": version_state(entry, streak, config),
@@ -187,9 +196,9 @@ def _live_week(portfolio: BenchPortfolio, quick: bool, served: pd.DataFrame) -> 
     """The portfolio's test week and the window the simulator made for it (simulated again: the same
     config gives the same payments, checked against the portfolio's truth); None for an external
     dataset, which has no simulator behind it."""
-    if portfolio.truth is None:
+    if portfolio.truth is None or portfolio.simulation is None:
         return None
-    base = load_simulation_config("dev", None if portfolio.name == PRESETS[0] else portfolio.name)
+    base = portfolio.simulation
     size = QUICK if quick else FULL
     window = Window(0, date.fromisoformat(base.start_date), SIM_DAYS)
     sim = simulate_window(window, base, num_cards=size.num_cards, num_merchants=size.num_merchants)
@@ -228,17 +237,21 @@ def _detection(degradation: Degradation, days: list[dict[str, Any]], flagged: np
             "detail": degradation.detail, "days": days}
 
 
-def _degradations(week: LiveWeek | None, stuck: tuple[str, float], judge) -> dict[str, Any]:
+def _degradations(week: LiveWeek | None, stuck: tuple[str, float], judge, withheld=None) -> dict[str, Any]:
     """Each degradation of :mod:`pipeline.bench.degradations` served and judged by ``judge`` (frame ->
     (days, flags)), and the healthy week recomputed through the same feature kernel (a control: the
-    injections, not the recomputation, must be what the monitor sees)."""
+    injections, not the recomputation, must be what the monitor sees). ``withheld``: for a preset
+    that simulates every pattern, the new pattern's fault and its own judge (a model trained without
+    that pattern, :func:`_withheld_pattern_fault`)."""
     if week is None:
         return {"skipped": ["all: an external dataset has no simulated window to inject faults into"],
                 "degradations": []}
     control_days, _ = judge(recomputed(week, week.transactions, week.reports))
-    found = [d for d in (new_fraud_pattern(week), channel_outage(week, *stuck), acquirer_minor_units(week)) if d]
-    skipped = [] if len(found) == 3 else ["new_fraud_pattern: the preset simulates every fraud pattern"]
-    return {"degradations": [_detection(d, *judge(d.frame)) for d in found], "skipped": skipped,
+    new_pattern = new_fraud_pattern(week)
+    faults = [(new_pattern, judge)] if new_pattern is not None else [withheld] if withheld is not None else []
+    faults += [(channel_outage(week, *stuck), judge), (acquirer_minor_units(week), judge)]
+    skipped = [] if len(faults) == 3 else ["new_fraud_pattern: the preset simulates every fraud pattern"]
+    return {"degradations": [_detection(fault, *judged(fault.frame)) for fault, judged in faults], "skipped": skipped,
             "recomputed_control_false_alarm_days": sum(d["state"] == "degraded" for d in control_days)}
 
 
@@ -274,7 +287,7 @@ def run_portfolio(portfolio: BenchPortfolio, quick: bool, workdir: Path, budget:
     models, served = _at_budget_both(holdout.frame, holdout.labels, scored, budget, decision.review_tracking)
     absolute = (decision.review_threshold, decision.block_threshold)
     flagged_abs = {name: float(np.mean(s >= absolute[0])) for name, s in (("ours", scored.ours), ("lightgbm", scored.gbm))}
-    monitored = _monitored(portfolio, splits, scored, budget, monitoring, decision.review_tracking, quick)
+    monitored = _monitored(portfolio, splits, scored, budget, monitoring, decision.review_tracking, quick, workdir)
     (stuck_name, stuck_value), healthy_days = monitored.stuck, monitored.healthy_days
     return {
         "name": portfolio.name, "source": portfolio.source, "rows": int(len(holdout.frame)),
@@ -336,7 +349,7 @@ def _at_budget_both(frame: pd.DataFrame, labels: np.ndarray, scored: _Scored, bu
 
 
 def _monitored(portfolio: BenchPortfolio, splits: dict[str, pd.DataFrame], scored: _Scored, budget: DecisionBudget,
-               monitoring: MonitoringConfig, tracking: ReviewTrackingConfig, quick: bool) -> _Monitored:
+               monitoring: MonitoringConfig, tracking: ReviewTrackingConfig, quick: bool, workdir: Path) -> _Monitored:
     """The monitor on ours, day by day: the healthy holdout, the holdout with the numeric feature
     whose stuck value hurts recall most stuck at its training median, and the injected degradations."""
     holdout, manifest, run = portfolio.data.holdout, portfolio.data.holdout.manifest, scored.run
@@ -345,22 +358,62 @@ def _monitored(portfolio: BenchPortfolio, splits: dict[str, pd.DataFrame], score
                                              tuple(manifest.numeric_features), budget)
     stuck_scores = score_frame(run, holdout.frame.assign(**{stuck_name: stuck_value}))
     frame = holdout.frame.assign(label=holdout.labels)
-    sample = splits["train"].sample(min(len(splits["train"]), monitoring.feature_sample_rows), random_state=SEED)
-    training = {n: sample[n].to_numpy(np.float64) for n in [*manifest.numeric_features, *manifest.categorical_features]}
+    training = _training_sample(splits["train"], manifest, monitoring)
     categorical = set(manifest.categorical_features)
-    healthy_days = _monitored_days(frame, _served_flags(frame, scored.ours, scored.ours_points, tracking)[0],
-                                   expected, monitoring, training, categorical)
-    degraded_days = _monitored_days(frame.assign(**{stuck_name: stuck_value}),
+    expected_auc = _validation_auc(run, splits["validation"], manifest)
+    healthy_days = _monitored_days(frame, scored.ours, _served_flags(frame, scored.ours, scored.ours_points, tracking)[0],
+                                   expected, expected_auc, monitoring, training, categorical)
+    degraded_days = _monitored_days(frame.assign(**{stuck_name: stuck_value}), stuck_scores,
                                     _served_flags(frame, stuck_scores, scored.ours_points, tracking)[0], expected,
-                                    monitoring, training, categorical)
+                                    expected_auc, monitoring, training, categorical)
     first_matured = next((i + 1 for i, d in enumerate(degraded_days) if d["state"] != "insufficient_evidence"), None)
-
-    def judge(served_frame: pd.DataFrame) -> tuple[list[dict[str, Any]], np.ndarray]:
-        flags = _served_flags(served_frame, score_frame(run, served_frame), scored.ours_points, tracking)[0]
-        return _monitored_days(served_frame, flags, expected, monitoring, training, categorical), flags
-
-    injected = _degradations(_live_week(portfolio, quick, frame), (stuck_name, stuck_value), judge)
+    judge = _judge(run, scored.ours_points, expected_auc, training, categorical, monitoring, tracking)
+    week = _live_week(portfolio, quick, frame)
+    withheld = (_withheld_pattern_fault(portfolio, quick, workdir, monitoring, tracking)
+                if week is not None and absent_pattern(week.config) is None else None)
+    injected = _degradations(week, (stuck_name, stuck_value), judge, withheld)
     return _Monitored((stuck_name, stuck_value), degraded_days, healthy_days, first_matured, injected)
+
+
+def _training_sample(train: pd.DataFrame, manifest, monitoring: MonitoringConfig) -> dict[str, np.ndarray]:
+    """The monitor's reference: a seeded sample of the train split's model inputs."""
+    sample = train.sample(min(len(train), monitoring.feature_sample_rows), random_state=SEED)
+    return {n: sample[n].to_numpy(np.float64) for n in [*manifest.numeric_features, *manifest.categorical_features]}
+
+
+def _validation_auc(run: RunDir, validation: pd.DataFrame, manifest) -> float:
+    """The version's validation AUC: what the monitor expects a day's ranking of its frauds to reach."""
+    return auc_roc(validation[manifest.label_column].to_numpy(), score_frame(run, validation))
+
+
+def _judge(run: RunDir, points: OperatingPoints, expected_auc: float, training: dict[str, np.ndarray],
+           categorical: set[str], monitoring: MonitoringConfig, tracking: ReviewTrackingConfig):
+    """The monitor's day-by-day judgement of ``run`` serving a frame: frame -> (days, flags as served)."""
+    def judge(served_frame: pd.DataFrame) -> tuple[list[dict[str, Any]], np.ndarray]:
+        scores = score_frame(run, served_frame)
+        flags = _served_flags(served_frame, scores, points, tracking)[0]
+        days = _monitored_days(served_frame, scores, flags, points.validation.recall, expected_auc, monitoring,
+                               training, categorical)
+        return days, flags
+    return judge
+
+
+def _withheld_pattern_fault(portfolio: BenchPortfolio, quick: bool, workdir: Path, monitoring: MonitoringConfig,
+                            tracking: ReviewTrackingConfig) -> tuple[Degradation, Any]:
+    """A new fraud pattern for a preset that simulates them all: the preset's portfolio without the
+    :func:`withheld_pattern` (built and cached like the others), our model trained on it by the same
+    job, and the pattern injected into that portfolio's live week; with that model's judge."""
+    pattern = withheld_pattern(portfolio.simulation)
+    variant = bench_portfolio(quick, portfolio.name, withheld=pattern)
+    holdout, manifest = variant.data.holdout, variant.data.holdout.manifest
+    run, _ = train_ours(variant, workdir, SEED, quick)
+    splits = {name: read_split(variant.data.root, manifest, name) for name in ("train", "validation")}
+    training = _training_sample(splits["train"], manifest, monitoring)
+    week = _live_week(variant, quick, holdout.frame.assign(label=holdout.labels))
+    fault = new_fraud_pattern(week)
+    fault = dataclasses.replace(fault, detail={**fault.detail, "withheld_from_training": variant.source})
+    return fault, _judge(run, read_operating_points(run.model), _validation_auc(run, splits["validation"], manifest),
+                         training, set(manifest.categorical_features), monitoring, tracking)
 
 
 def _degradation_goals(d: dict[str, Any]) -> dict[str, bool]:

@@ -6,7 +6,9 @@ not from the shape of a rule:
 
 * ``new_fraud_pattern``: a fraud pattern the preset never simulated (so absent from training) starts
   on the onset day, as much fraud again as the portfolio already has. Made by the simulator itself
-  (same seed, so the same cards and merchants; only that pattern switched on), not by editing rows;
+  (same seed, so the same cards and merchants; only that pattern switched on), not by editing rows.
+  A preset that simulates every pattern gets one withheld (:func:`withheld_pattern`): the bench
+  builds that preset without it and trains a model on that portfolio for this fault;
 * ``channel_outage``: from the onset day, one feature is served stuck at its training median for the
   payments of one channel only, the channel closest to :data:`OUTAGE_SHARE` of the traffic (a feature
   source that is down behind one integration path);
@@ -132,6 +134,14 @@ def absent_pattern(config: SimulationConfig) -> str | None:
     return next((p for p in reversed(PATTERNS) if weights[p] <= 0), None)
 
 
+def withheld_pattern(config: SimulationConfig) -> str:
+    """For a preset that simulates every pattern, the one to withhold from a portfolio so that it can
+    appear new: the smallest share (withholding it changes the training portfolio least; the latest
+    added on a tie)."""
+    weights = config.pattern_mix.weights()
+    return min(reversed(PATTERNS), key=lambda p: weights[p])
+
+
 def only_pattern(config: SimulationConfig, pattern: str) -> SimulationConfig:
     """``config`` with ``pattern`` the only fraud, at the same fraud rate: the same seed keeps the
     cards, merchants and calendar, and the changed mix changes every transaction id."""
@@ -195,7 +205,7 @@ def new_fraud_pattern(week: LiveWeek) -> Degradation | None:
     frame.loc[frame["transaction_id"].isin(set(extra["transaction_id"])), "pattern"] = pattern
     affected = frame["pattern"].to_numpy() == pattern
     return Degradation(
-        "new_fraud_pattern", f"fraud pattern {pattern}, absent from the preset (so from training), from {start}: "
+        "new_fraud_pattern", f"fraud pattern {pattern}, absent from the portfolio (so from training), from {start}: "
         "as much fraud again as the portfolio has", frame, affected, start,
         {"pattern": pattern, "payments": int(affected.sum()), "frauds_labelled": int(frame.loc[affected, "label"].sum()),
          "frauds_labelled_other": int(frame.loc[~affected, "label"].sum())})

@@ -27,6 +27,15 @@ class MonitoringConfig:
     degraded_after_days: int = 3
     # a version with fewer matured frauds on the day is "insufficient evidence", never degraded
     min_frauds: int = 20
+    # ... or the day's ranking of its frauds below (validation AUC - auc_margin): its AUC's one-sided
+    # upper bound at `confidence` (DeLong, by card: one card's frauds are one piece of evidence). Frauds
+    # the model ranks among the genuine (a pattern it never learned) pull the AUC down even where the
+    # review budget caps recall so low that a day's recall stays within chance (0: off)
+    auc_margin: float = 0.0
+    # ... judged only on days with at least this many matured frauds: the bound is DeLong's normal
+    # approximation, and at a handful of frauds one fraud scored like a genuine payment moves the AUC by
+    # 0.1-0.2 (the quick default bench's healthy week: 6 frauds, AUC 0.72 against 0.92, a false alarm)
+    auc_min_frauds: int = 20
     # realised review rate outside budget x (1 +- band) is reported as a finding (not a state)
     alert_rate_band: float = 0.5
     # opt-in: a degraded champion is rolled back to previous-champion (audited, with the reason)
@@ -65,6 +74,10 @@ class MonitoringConfig:
             problems.append(f"confidence must be in [0, 1) (0: compare the point estimate), got {self.confidence}")
         if self.degraded_after_days < 1:
             problems.append(f"degraded_after_days must be >= 1, got {self.degraded_after_days}")
+        if not 0.0 <= self.auc_margin < 0.5:
+            problems.append(f"auc_margin must be in [0, 0.5) (0: off), got {self.auc_margin}")
+        if self.auc_min_frauds < 2:
+            problems.append(f"auc_min_frauds must be >= 2 (an AUC bound needs two frauds), got {self.auc_min_frauds}")
         if self.min_frauds < 1:
             problems.append(f"min_frauds must be >= 1, got {self.min_frauds}")
         if self.alert_rate_band <= 0.0:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.decisions.operating_points import OperatingPoints, SplitFigures, split_figures
-from pipeline.metrics import auc_roc, average_precision, population_stability_index
+from pipeline.metrics import auc_roc, auc_upper_bound, average_precision, population_stability_index
 from pipeline.monitoring.config import MonitoringConfig
 from pipeline.monitoring.drift import broken_inputs, feature_psi, out_of_range_features
 from pipeline.monitoring.join import ScoredPayment
@@ -39,6 +39,7 @@ class VersionReference:
     training_sample: str  # how that sample was drawn, for the report
     categorical: frozenset[str]
     notes: tuple[str, ...] = ()  # what could not be found, and why
+    expected_auc: float | None = None  # the run's validation AUC: what the day's ranking is judged against
 
 
 @dataclass(frozen=True)
@@ -58,11 +59,13 @@ class VersionFigures:
     out_of_range_features: tuple[str, ...]  # payment fields outside their training range: broken inputs
     live_feature_rows: int
     findings: tuple[str, ...]
+    auc_upper: float = math.nan  # auc_roc's one-sided upper bound at the monitor's confidence, by card
 
 
 def version_figures(payments: list[ScoredPayment], labels: np.ndarray, reference: VersionReference,
-                    config: MonitoringConfig) -> VersionFigures:
-    """Figures of one version's payments (``labels`` aligned with them) against its ``reference``."""
+                    config: MonitoringConfig, cards: dict[str, str] | None = None) -> VersionFigures:
+    """Figures of one version's payments (``labels`` aligned with them) against its ``reference``;
+    ``cards`` (transaction id -> card id) group a card's frauds in the AUC's bound."""
     scores = np.array([p.score for p in payments], dtype=np.float64)
     review = np.array([p.review_threshold for p in payments], dtype=np.float64)
     block = np.array([p.block_threshold for p in payments], dtype=np.float64)
@@ -97,8 +100,10 @@ def version_figures(payments: list[ScoredPayment], labels: np.ndarray, reference
         out_of_range = out_of_range_features(reference.training_features, served, config.range_features,
                                              config.out_of_range_share)
         findings += _drift_findings(drift, config, never_served)
+    clusters = [(cards or {}).get(p.transaction_id, p.transaction_id) for p in payments]
     return VersionFigures(
         version=reference.version, at_operating_points=at_points, auc_roc=auc_roc(labels, scores),
+        auc_upper=auc_upper_bound(labels, scores, clusters, config.confidence)[1],
         average_precision=average_precision(labels, scores),
         review_thresholds=tuple(sorted({float(x) for x in review})), block_thresholds=tuple(sorted({float(x) for x in block})),
         review_budget=budget, review_rate_vs_budget=ratio, alert_rate_in_band=in_band, score_psi=score_psi,

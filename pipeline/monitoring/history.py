@@ -13,6 +13,13 @@ the floor: a day of 30 frauds varies by about 0.09 in recall from chance alone, 
 reads that as degradation (the decisions bench's healthy champion had 2 such days in 7). The bound is
 exact, not Wilson's, because days of 5-15 matured frauds are common and Wilson's is too low there: it
 called 0 of 6 below a floor of 0.36, which chance does 7% of the time (2 false alarms in the quick bench).
+A judged day also falls short when its frauds are ranked below the version's validation AUC by more
+than ``auc_margin`` (the AUC's one-sided upper bound at ``confidence``, card-clustered DeLong, on days
+of at least ``auc_min_frauds`` matured frauds): where the
+review budget caps recall low (a 4%-fraud portfolio reviewing 0.5% of its payments), a day's recall
+cannot fall far enough to tell, while frauds of a pattern the model never learned sit among the
+genuine payments and pull the AUC down (the decisions bench's new-pattern fault). Either shortfall
+counts toward the same run of ``degraded_after_days``.
 Only judged days count (enough matured frauds and an expectation to compare with): a day with too
 few frauds neither extends nor breaks the run, and days never monitored are not in the history at
 all. So one noisy day never degrades a model, and a gap in monitoring does not reset the evidence.
@@ -46,7 +53,10 @@ VersionState = Literal["ok", "degraded", "insufficient_evidence", "unjudged"]
 # (one channel);
 # a payment field outside its training range; realised recall below the floor on degraded_after_days
 # judged days in a row. All but the last need no labels.
-DegradedRule = Literal["stuck_feature", "stuck_feature_in_segment", "out_of_range", "recall_below_floor"]
+# Realised recall, or the day's ranking of its frauds (AUC), below its floor on degraded_after_days
+# judged days in a row. All but the last two need no labels.
+DegradedRule = Literal["stuck_feature", "stuck_feature_in_segment", "out_of_range", "recall_below_floor",
+                       "ranking_below_floor"]
 
 
 class MonitoringStateError(RuntimeError):
@@ -65,23 +75,44 @@ class MonitoredDay:
     expected_recall: float | None  # None: nothing to compare with
     recall_floor: float | None  # expected - margin
     judged: bool  # enough frauds and an expectation
-    below: bool  # judged and recall_upper < floor
+    below: bool  # judged and short: recall_upper < floor, or ranking_below
     recall_upper: float | None = None  # what is compared with the floor: the recall's upper bound (or itself)
     broken_features: tuple[str, ...] = ()  # served features stuck at one value that day (all day, or "<f>@<segment>")
     out_of_range_features: tuple[str, ...] = ()  # served features outside their training range that day
+    auc: float | None = None  # the day's AUC-ROC on its matured labels
+    auc_upper: float | None = None  # its one-sided upper bound at ``confidence`` (card-clustered DeLong)
+    expected_auc: float | None = None  # the version's validation AUC (None: not judged on ranking)
+    auc_floor: float | None = None  # expected_auc - auc_margin
+    ranking_below: bool = False  # judged and auc_upper < auc_floor
+
+    @property
+    def recall_below(self) -> bool:
+        return (self.judged and self.recall_upper is not None and self.recall_floor is not None
+                and self.recall_upper < self.recall_floor)
 
 
 def judge_day(day: date, frauds: int, recall: float | None, expected: float | None,
               config: MonitoringConfig, broken: tuple[str, ...] = (),
-              out_of_range: tuple[str, ...] = ()) -> MonitoredDay:
+              out_of_range: tuple[str, ...] = (), ranking: tuple[float, float] | None = None,
+              expected_auc: float | None = None) -> MonitoredDay:
+    """One day's judgement. ``ranking``: the day's ``(AUC, its upper bound)`` on matured labels
+    (:func:`pipeline.metrics.auc_upper_bound`); with ``expected_auc`` and ``auc_margin`` > 0 the day is
+    also short when that bound is below ``expected_auc - auc_margin``: frauds the model ranks among the
+    genuine (a pattern it never learned) lower the AUC even where the budget caps recall so low that
+    a day's recall cannot move far from chance."""
     floor = None if expected is None else expected - config.recall_margin
     judged = frauds >= config.min_frauds and floor is not None and recall is not None and math.isfinite(recall)
     upper = None
     if recall is not None and math.isfinite(recall):
         upper = (binomial_upper_bound(round(recall * frauds), frauds, config.confidence) if config.confidence > 0
                  else recall)
+    auc, auc_upper = ranking if ranking is not None else (None, None)
+    auc_floor = expected_auc - config.auc_margin if expected_auc is not None and config.auc_margin > 0 else None
+    ranking_below = bool(judged and frauds >= config.auc_min_frauds and auc_floor is not None
+                         and auc_upper is not None and math.isfinite(auc_upper) and auc_upper < auc_floor)
     return MonitoredDay(day.isoformat(), frauds, recall, expected, floor, judged,
-                        judged and upper < floor, upper, tuple(broken), tuple(out_of_range))  # type: ignore[operator]
+                        (judged and upper < floor) or ranking_below, upper,  # type: ignore[operator]
+                        tuple(broken), tuple(out_of_range), auc, auc_upper, expected_auc, auc_floor, ranking_below)
 
 
 def days_below_in_a_row(history: list[MonitoredDay], day: date) -> int:
@@ -107,7 +138,10 @@ def degraded_by(entry: MonitoredDay, streak: int, config: MonitoringConfig) -> t
     if entry.out_of_range_features:
         rules.append("out_of_range")
     if entry.judged and entry.frauds >= config.min_frauds and streak >= config.degraded_after_days:
-        rules.append("recall_below_floor")
+        if entry.recall_below:
+            rules.append("recall_below_floor")
+        if entry.ranking_below:
+            rules.append("ranking_below_floor")
     return tuple(rules)
 
 

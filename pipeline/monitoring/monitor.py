@@ -132,9 +132,10 @@ def run_monitor(day: date, config: MonitoringConfig, where: MonitorSources) -> M
         decisions = first_decisions(records or [], day)
         reports = sources.read_reports(where.raw_root, day, day + timedelta(days=where.label_maturity_days))
         labels, report_accounting = label_payments(decisions, reports, (cutoff - EPOCH) // US)
-        payments = payment_accounting(decisions, sources.payment_ids(where.raw_root, day))
+        cards = sources.payment_cards(where.raw_root, day)
+        payments = payment_accounting(decisions, list(cards))
         client = _connect(where.registry) if decisions.payments else None  # nothing decided: registry untouched
-        judged = _judge_versions(client, day, decisions, labels, config, where.registry.model_name,
+        judged = _judge_versions(client, day, decisions, labels, cards, config, where.registry.model_name,
                                  history) if client else []
         versions = tuple(v for v, _ in judged)
         rollbacks = _auto_rollback(client, day, versions, where.registry) if client and config.auto_rollback else ()
@@ -166,15 +167,16 @@ def _by_version(decisions: DayDecisions) -> dict[int, list[int]]:
 
 
 def _judge_versions(client: MlflowClient, day: date, decisions: DayDecisions, labels: np.ndarray,
-                    config: MonitoringConfig, model_name: str,
+                    cards: dict[str, str], config: MonitoringConfig, model_name: str,
                     history: HistoryStore) -> list[tuple[VersionReport, VersionReference]]:
     judged = []
     for version, rows in _by_version(decisions).items():
         reference = sources.version_reference(client, model_name, version, config.feature_sample_rows)
-        figures = version_figures([decisions.payments[i] for i in rows], labels[rows], reference, config)
+        figures = version_figures([decisions.payments[i] for i in rows], labels[rows], reference, config, cards)
         at = figures.at_operating_points
         entry = judge_day(day, at.frauds, None if math.isnan(at.recall) else at.recall, reference.expected_recall, config,
-                          figures.stuck_features, figures.out_of_range_features)
+                          figures.stuck_features, figures.out_of_range_features,
+                          (figures.auc_roc, figures.auc_upper), reference.expected_auc)
         streak = days_below_in_a_row(history.record(model_name, version, entry), day)
         judged.append((VersionReport(figures, entry, version_state(entry, streak, config), streak, reference.run_id,
                                      reference.expected_recall_source, reference.training_sample), reference))
@@ -189,12 +191,16 @@ def why_degraded(v: VersionReport) -> str:
     if d.out_of_range_features:
         reasons.append(f"served features outside their training range (broken inputs): "
                        f"{', '.join(d.out_of_range_features)}")
-    if d.below and d.recall is not None and d.recall_floor is not None and d.expected_recall is not None:
+    if d.recall_below and d.recall is not None and d.recall_floor is not None and d.expected_recall is not None:
         upper = d.recall_upper
         bound = f" (upper confidence bound {upper:.3f})" if upper is not None and upper != d.recall else ""
         reasons.append(f"realised recall at the operating points {d.recall:.3f}{bound} below the floor "
                        f"{d.recall_floor:.3f} (expected {d.expected_recall:.3f} from {v.expected_recall_source}) on "
                        f"{v.days_below_in_a_row} judged monitored days in a row")
+    if d.ranking_below and d.auc is not None and d.auc_upper is not None and d.expected_auc is not None:
+        reasons.append(f"the day's ranking of its frauds, AUC {d.auc:.3f} (upper confidence bound {d.auc_upper:.3f}), "
+                       f"below the floor {d.auc_floor:.3f} (validation AUC {d.expected_auc:.3f}): frauds scored "
+                       f"like genuine payments, e.g. a pattern the model never learned")
     return "; ".join(reasons)
 
 

@@ -35,6 +35,7 @@ from pipeline.ingest.raw_reader import read_raw
 from pipeline.kafka.admin import KafkaUnavailable
 from pipeline.kafka.reader import ConsumedRecord, read_topic
 from pipeline.kafka.settings import KafkaConfig, with_log_routing
+from pipeline.metrics import auc_roc
 from pipeline.monitoring.figures import VersionReference
 from pipeline.monitoring.join import Report
 
@@ -82,9 +83,10 @@ def read_reports(raw_root: Path, first: date, last: date) -> list[Report]:
             zip(table["transaction_id"].to_pylist(), table["is_fraud"].to_pylist(), reported, strict=True)]
 
 
-def payment_ids(raw_root: Path, day: date) -> list[str]:
-    """Transaction ids of the raw store's payments of event date ``day``."""
-    return read_raw(RawStore(raw_root), Kind.TRANSACTION, ("transaction_id",), day, day)["transaction_id"].to_pylist()
+def payment_cards(raw_root: Path, day: date) -> dict[str, str]:
+    """The raw store's payments of event date ``day``: transaction id -> card id."""
+    table = read_raw(RawStore(raw_root), Kind.TRANSACTION, ("transaction_id", "card_id"), day, day)
+    return dict(zip(table["transaction_id"].to_pylist(), table["card_id"].to_pylist(), strict=True))
 
 
 # ---- registry -------------------------------------------------------------------------------------
@@ -107,10 +109,10 @@ def version_reference(client: MlflowClient, model_name: str, version: int, sampl
     if expected is None:
         notes.append(f"no {EXPECTED_RECALL_TAG} tag and no validation recall in the operating points: "
                      "recall is reported, not judged")
-    scores = _validation_scores(client, registered.run_id, notes)
+    scores, expected_auc = _validation_scores(client, registered.run_id, notes)
     features, sample, categorical = _training_sample(tags, sample_rows, notes)
     return VersionReference(version, registered.run_id, points, expected, source, scores, features, sample,
-                            categorical, tuple(notes))
+                            categorical, tuple(notes), expected_auc)
 
 
 def expected_recall(tags: dict[str, str], points: OperatingPoints | None) -> tuple[float | None, str]:
@@ -137,19 +139,25 @@ def _operating_points(tags: dict[str, str], notes: list[str]) -> OperatingPoints
     return points
 
 
-def _validation_scores(client: MlflowClient, run_id: str | None, notes: list[str]) -> np.ndarray | None:
+def _validation_scores(client: MlflowClient, run_id: str | None,
+                       notes: list[str]) -> tuple[np.ndarray | None, float | None]:
+    """The run's validation scores (for the score PSI) and its validation AUC (the ranking's
+    expectation), from the run's validation_scores.parquet."""
     if not run_id:
-        notes.append("the version has no run: no validation scores for the score PSI")
-        return None
+        notes.append("the version has no run: no validation scores for the score PSI or the ranking")
+        return None, None
     with tempfile.TemporaryDirectory(prefix="monitor-") as tmp:
         try:
             path = client.download_artifacts(run_id, VALIDATION_SCORES, tmp)
-            scores = pq.read_table(path, columns=["score"])["score"].to_numpy(zero_copy_only=False)
+            table = pq.read_table(path, columns=["score", "label"])
         except (MlflowException, OSError, KeyError, pa.ArrowException) as exc:
-            notes.append(f"run {run_id} has no readable {VALIDATION_SCORES} ({type(exc).__name__}): no score PSI")
-            return None
-    scores = np.asarray(scores, dtype=np.float64)
-    return scores[np.isfinite(scores)]
+            notes.append(f"run {run_id} has no readable {VALIDATION_SCORES} ({type(exc).__name__}): no score PSI "
+                         "and no ranking judged")
+            return None, None
+    scores = table["score"].to_numpy(zero_copy_only=False).astype(np.float64)
+    finite = np.isfinite(scores)
+    expected_auc = auc_roc(table["label"].to_numpy(zero_copy_only=False)[finite], scores[finite])
+    return scores[finite], (expected_auc if math.isfinite(expected_auc) else None)
 
 
 def _training_sample(tags: dict[str, str], rows: int,

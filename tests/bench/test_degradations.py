@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from pipeline.bench.dataset import portfolio_simulation
 from pipeline.bench.degradations import (
     FAULTY_ACQUIRER,
     MINOR_UNITS,
@@ -27,6 +28,7 @@ from pipeline.bench.degradations import (
     recomputed,
     served_rows,
     utc_start,
+    withheld_pattern,
 )
 from pipeline.features import definitions as fd
 from pipeline.features.params import FeatureParams
@@ -131,3 +133,17 @@ def test_a_preset_with_every_pattern_has_no_new_one():
     every = load_simulation_config("dev", "highrisk")
     assert absent_pattern(every) is None
     assert absent_pattern(load_simulation_config("dev")) == "compromise_window"
+
+
+def test_a_preset_with_every_pattern_withholds_its_smallest_and_that_portfolio_never_simulates_it():
+    every = load_simulation_config("dev", "highrisk")
+    weights = every.pattern_mix.weights()
+    pattern = withheld_pattern(every)
+    assert weights[pattern] == min(weights.values()) > 0
+    without = portfolio_simulation("highrisk", pattern)
+    assert absent_pattern(without) == pattern  # so the bench's new-pattern fault injects exactly it
+    assert {p: w for p, w in without.pattern_mix.weights().items() if p != pattern} == {
+        p: w for p, w in weights.items() if p != pattern}
+    assert dataclasses.replace(without, pattern_mix=every.pattern_mix) == every  # nothing else changed
+    sim = simulate(dataclasses.replace(without, days=14, num_cards=600, num_merchants=150))
+    assert pattern not in set(sim.truth["pattern"]) and sim.truth["pattern"].ne("genuine").any()

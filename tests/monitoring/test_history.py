@@ -154,3 +154,35 @@ def test_out_of_range_features_are_kept_in_the_history(tmp_path):
     store.record("m", 1, judge_day(DAY, 3, None, EXPECTED, CONFIG, ("hour@channel_code=11",), ("amount",)))
     kept = store.read("m", 1)[0]
     assert kept.out_of_range_features == ("amount",) and kept.broken_features == ("hour@channel_code=11",)
+
+
+def test_a_day_whose_frauds_rank_below_the_auc_floor_is_short_even_with_recall_at_its_floor(tmp_path):
+    config = MonitoringConfig(recall_margin=0.1, degraded_after_days=2, min_frauds=10, auc_margin=0.05)
+    # Recall 0.55 is above the floor 0.5; the day's AUC bound 0.83 is below 0.92 - 0.05.
+    ranked_low = judge_day(DAY, 20, 0.55, EXPECTED, config, ranking=(0.80, 0.83), expected_auc=0.92)
+    assert ranked_low.auc_floor == pytest.approx(0.87)
+    assert (ranked_low.below, ranked_low.ranking_below, ranked_low.recall_below) == (True, True, False)
+    assert degraded_by(ranked_low, 1, config) == () and degraded_by(ranked_low, 2, config) == ("ranking_below_floor",)
+    # Within chance (the bound reaches the floor), off (margin 0), or too few frauds: not short.
+    assert not judge_day(DAY, 20, 0.55, EXPECTED, config, ranking=(0.80, 0.90), expected_auc=0.92).below
+    off = MonitoringConfig(recall_margin=0.1, degraded_after_days=2, min_frauds=10)
+    assert not judge_day(DAY, 20, 0.55, EXPECTED, off, ranking=(0.80, 0.83), expected_auc=0.92).below
+    assert not judge_day(DAY, 5, 0.55, EXPECTED, config, ranking=(0.80, 0.83), expected_auc=0.92).below
+    few = judge_day(DAY, 12, 0.55, EXPECTED, config, ranking=(0.80, 0.83), expected_auc=0.92)  # judged on recall only
+    assert few.judged and not few.below and config.auc_min_frauds == 20
+    # Both rules short on one day: both named; the history keeps the ranking.
+    both = judge_day(DAY, 20, 0.2, EXPECTED, config, ranking=(0.80, 0.83), expected_auc=0.92)
+    assert degraded_by(both, 2, config) == ("recall_below_floor", "ranking_below_floor")
+    store = HistoryStore(tmp_path)
+    store.record("m", 1, both)
+    assert store.read("m", 1)[0] == both
+
+
+def test_a_history_written_before_the_ranking_rule_still_reads(tmp_path):
+    store = HistoryStore(tmp_path)
+    path = store.path("m", 1)
+    path.parent.mkdir(parents=True)
+    path.write_text('{"days": [{"date": "2026-03-01", "frauds": 20, "recall": 0.3, "expected_recall": 0.6, '
+                    '"recall_floor": 0.5, "judged": true, "below": true, "recall_upper": 0.3}]}')
+    [day] = store.read("m", 1)
+    assert (day.recall_below, day.ranking_below, day.auc) == (True, False, None)

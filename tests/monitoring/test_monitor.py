@@ -149,6 +149,11 @@ def test_a_degraded_champion_is_rolled_back_once_with_an_audit_record(deployment
     assert first.exit_code == 0, first.output  # below the floor once: not yet degraded
     [v] = report_of(world, days[0])["versions"]
     assert (v["state"], v["recall"]["below"], v["recall"]["days_below_in_a_row"]) == ("ok", True, 1)
+    # The ranking is judged against the version's own validation AUC (from its validation scores),
+    # here off (auc_margin 0): the stuck feature ranks the day's frauds below it.
+    ranking = v["ranking"]
+    assert 0.5 < ranking["auc"] < ranking["expected_auc"] and ranking["upper_bound"] > ranking["auc"]
+    assert (ranking["margin"], ranking["floor"], ranking["below"]) == (0.0, None, False)
     assert v["feature_psi"]["amount_rel_30d"] > 1.0
     assert any("drifted from the training split" in f and "amount_rel_30d" in f for f in v["findings"])
 
