@@ -16,6 +16,7 @@ from pipeline.metrics import (
     auc_roc,
     auc_upper_bound,
     average_precision,
+    between_day_auc_variance,
     binomial_at_most,
     binomial_upper_bound,
     bootstrap_intervals,
@@ -437,3 +438,26 @@ def test_the_auc_upper_bound_is_the_auc_at_confidence_0_and_nan_without_both_cla
     assert auc == upper == pytest.approx(auc_roc(y, a), abs=1e-12)
     assert auc_upper_bound(y, a, confidence=0.95)[1] > auc
     assert all(math.isnan(v) for v in auc_upper_bound(np.zeros(10), np.arange(10.0)))
+
+
+def test_between_day_auc_variance_is_the_spread_of_days_beyond_their_own_bounds():
+    rng = np.random.default_rng(33)
+
+    def days(separations):
+        y, s, d = [], [], []
+        for i, sep in enumerate(separations):
+            yi = (rng.random(4000) < 0.03).astype(np.int64)
+            y.append(yi)
+            s.append(rng.normal(0.0, 1.0, yi.size) + sep * yi)
+            d.append(np.full(yi.size, i))
+        return np.concatenate(y), np.concatenate(s), np.concatenate(d)
+
+    alike = between_day_auc_variance(*days([1.5] * 8))
+    mixed_separations = [0.8, 2.4] * 4  # another fraud mix every other day
+    y, s, d = days(mixed_separations)
+    mixed = between_day_auc_variance(y, s, d)
+    day_aucs = [auc_roc(y[d == i], s[d == i]) for i in range(8)]
+    assert alike < 0.0005 and mixed == pytest.approx(np.var(day_aucs, ddof=1), rel=0.35) and mixed > 0.01
+    # The bound widens by it; two days are too few to tell a spread.
+    assert auc_upper_bound(y, s, None, 0.95, mixed)[1] > auc_upper_bound(y, s, None, 0.95)[1]
+    assert between_day_auc_variance(y[d < 2], s[d < 2], d[d < 2]) == 0.0

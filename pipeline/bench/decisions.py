@@ -77,9 +77,10 @@ from pipeline.decisions.operating_points import (
 )
 from pipeline.decisions.review_tracking import ReviewThresholdTracker, ReviewTrackingConfig
 from pipeline.ingest.config import load_ingest_config
-from pipeline.metrics import auc_roc, auc_upper_bound, precision_at_rate, recall_at_rate
+from pipeline.metrics import precision_at_rate, recall_at_rate
 from pipeline.monitoring.config import MonitoringConfig, load_monitoring_config
 from pipeline.monitoring.drift import broken_inputs, feature_psi, out_of_range_features
+from pipeline.monitoring.figures import RankingExpectation, day_ranking, ranking_expectation
 from pipeline.monitoring.history import (
     MonitoredDay,
     days_below_in_a_row,
@@ -155,7 +156,7 @@ def _stuck_feature(run: RunDir, validation: pd.DataFrame, train: pd.DataFrame, f
 
 
 def _monitored_days(frame: pd.DataFrame, scores: np.ndarray, flagged: np.ndarray, expected: float,
-                    expected_auc: float, config: MonitoringConfig, training: dict[str, np.ndarray],
+                    expected_ranking: RankingExpectation | None, config: MonitoringConfig, training: dict[str, np.ndarray],
                     categorical: set[str]) -> list[dict[str, Any]]:
     """The monitor's judgement of each test day, in order (its per-version history as it accumulates),
     of the payments as they were scored and flagged when served, their served features against
@@ -170,12 +171,13 @@ def _monitored_days(frame: pd.DataFrame, scores: np.ndarray, flagged: np.ndarray
         recall = float((flagged[rows] & labels[rows]).sum() / frauds) if frauds else None
         served = {n: frame.loc[rows, n].to_numpy(np.float64) for n in training}
         drift = feature_psi(training, served, categorical, config.feature_bins)
-        ranking = auc_upper_bound(labels[rows], scores[rows], frame.loc[rows, "card_id"].to_numpy(), config.confidence)
+        ranking = day_ranking(labels[rows], scores[rows], frame.loc[rows, "card_id"].to_numpy(), expected_ranking,
+                              config.confidence)
         entry = judge_day(day, frauds, recall, expected, config,
                           broken_inputs(training, served, config.stuck_feature_share, config.segment_features,
                                         config.segment_kept),
                           out_of_range_features(training, served, config.range_features, config.out_of_range_share),
-                          ranking, expected_auc)
+                          ranking, expected_ranking.auc if expected_ranking else None)
         history.append(entry)
         streak = days_below_in_a_row(history, day)
         top = max(drift, key=drift.get)
@@ -360,14 +362,14 @@ def _monitored(portfolio: BenchPortfolio, splits: dict[str, pd.DataFrame], score
     frame = holdout.frame.assign(label=holdout.labels)
     training = _training_sample(splits["train"], manifest, monitoring)
     categorical = set(manifest.categorical_features)
-    expected_auc = _validation_auc(run, splits["validation"], manifest)
+    expected_ranking = _validation_ranking(run, splits["validation"], manifest)
     healthy_days = _monitored_days(frame, scored.ours, _served_flags(frame, scored.ours, scored.ours_points, tracking)[0],
-                                   expected, expected_auc, monitoring, training, categorical)
+                                   expected, expected_ranking, monitoring, training, categorical)
     degraded_days = _monitored_days(frame.assign(**{stuck_name: stuck_value}), stuck_scores,
                                     _served_flags(frame, stuck_scores, scored.ours_points, tracking)[0], expected,
-                                    expected_auc, monitoring, training, categorical)
+                                    expected_ranking, monitoring, training, categorical)
     first_matured = next((i + 1 for i, d in enumerate(degraded_days) if d["state"] != "insufficient_evidence"), None)
-    judge = _judge(run, scored.ours_points, expected_auc, training, categorical, monitoring, tracking)
+    judge = _judge(run, scored.ours_points, expected_ranking, training, categorical, monitoring, tracking)
     week = _live_week(portfolio, quick, frame)
     withheld = (_withheld_pattern_fault(portfolio, quick, workdir, monitoring, tracking)
                 if week is not None and absent_pattern(week.config) is None else None)
@@ -381,18 +383,21 @@ def _training_sample(train: pd.DataFrame, manifest, monitoring: MonitoringConfig
     return {n: sample[n].to_numpy(np.float64) for n in [*manifest.numeric_features, *manifest.categorical_features]}
 
 
-def _validation_auc(run: RunDir, validation: pd.DataFrame, manifest) -> float:
-    """The version's validation AUC: what the monitor expects a day's ranking of its frauds to reach."""
-    return auc_roc(validation[manifest.label_column].to_numpy(), score_frame(run, validation))
+def _validation_ranking(run: RunDir, validation: pd.DataFrame, manifest) -> RankingExpectation | None:
+    """What the monitor expects a day's ranking of its frauds to reach: the version's validation split's
+    AUC and the spread of its days (:func:`ranking_expectation`, as the live monitor reads it)."""
+    return ranking_expectation(validation[manifest.label_column].to_numpy(), score_frame(run, validation),
+                               validation["event_time"].to_numpy(), validation["card_id"].to_numpy())
 
 
-def _judge(run: RunDir, points: OperatingPoints, expected_auc: float, training: dict[str, np.ndarray],
+def _judge(run: RunDir, points: OperatingPoints, expected_ranking: RankingExpectation | None,
+           training: dict[str, np.ndarray],
            categorical: set[str], monitoring: MonitoringConfig, tracking: ReviewTrackingConfig):
     """The monitor's day-by-day judgement of ``run`` serving a frame: frame -> (days, flags as served)."""
     def judge(served_frame: pd.DataFrame) -> tuple[list[dict[str, Any]], np.ndarray]:
         scores = score_frame(run, served_frame)
         flags = _served_flags(served_frame, scores, points, tracking)[0]
-        days = _monitored_days(served_frame, scores, flags, points.validation.recall, expected_auc, monitoring,
+        days = _monitored_days(served_frame, scores, flags, points.validation.recall, expected_ranking, monitoring,
                                training, categorical)
         return days, flags
     return judge
@@ -412,7 +417,7 @@ def _withheld_pattern_fault(portfolio: BenchPortfolio, quick: bool, workdir: Pat
     week = _live_week(variant, quick, holdout.frame.assign(label=holdout.labels))
     fault = new_fraud_pattern(week)
     fault = dataclasses.replace(fault, detail={**fault.detail, "withheld_from_training": variant.source})
-    return fault, _judge(run, read_operating_points(run.model), _validation_auc(run, splits["validation"], manifest),
+    return fault, _judge(run, read_operating_points(run.model), _validation_ranking(run, splits["validation"], manifest),
                          training, set(manifest.categorical_features), monitoring, tracking)
 
 

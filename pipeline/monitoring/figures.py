@@ -15,14 +15,47 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from pipeline.decisions.operating_points import OperatingPoints, SplitFigures, split_figures
-from pipeline.metrics import auc_roc, auc_upper_bound, average_precision, population_stability_index
+from pipeline.metrics import (
+    auc_roc,
+    auc_upper_bound,
+    average_precision,
+    between_day_auc_variance,
+    population_stability_index,
+)
 from pipeline.monitoring.config import MonitoringConfig
 from pipeline.monitoring.drift import broken_inputs, feature_psi, out_of_range_features
 from pipeline.monitoring.join import ScoredPayment
 
 SHOWN_DRIFTING = 5  # features named in a drift finding
+
+
+@dataclass(frozen=True)
+class RankingExpectation:
+    """What a version's day of payments is expected to rank like, from its validation split."""
+
+    auc: float  # the validation AUC
+    between_days: float  # variance of a day's AUC around it from day to day, beyond the day's own DeLong variance
+
+
+def ranking_expectation(labels, scores, event_times, cards) -> RankingExpectation | None:
+    """The validation split's AUC, and how much its days' AUCs spread beyond their own bounds (by UTC
+    event date, cards as clusters: :func:`pipeline.metrics.between_day_auc_variance`); None without
+    both classes."""
+    auc = auc_roc(labels, scores)
+    if not math.isfinite(auc):
+        return None
+    days = pd.to_datetime(pd.Series(event_times), utc=True).dt.date.to_numpy()
+    return RankingExpectation(auc, between_day_auc_variance(labels, scores, days, cards))
+
+
+def day_ranking(labels, scores, cards, expectation: RankingExpectation | None,
+                confidence: float) -> tuple[float, float]:
+    """A day's AUC and the one-sided upper bound the monitor compares with its floor: the day's DeLong
+    variance by card, plus the validation days' spread between days (a healthy day's fraud mix moves)."""
+    return auc_upper_bound(labels, scores, cards, confidence, expectation.between_days if expectation else 0.0)
 
 
 @dataclass(frozen=True)
@@ -39,7 +72,7 @@ class VersionReference:
     training_sample: str  # how that sample was drawn, for the report
     categorical: frozenset[str]
     notes: tuple[str, ...] = ()  # what could not be found, and why
-    expected_auc: float | None = None  # the run's validation AUC: what the day's ranking is judged against
+    ranking: RankingExpectation | None = None  # from the run's validation scores: what a day's ranking is judged against
 
 
 @dataclass(frozen=True)
@@ -103,7 +136,7 @@ def version_figures(payments: list[ScoredPayment], labels: np.ndarray, reference
     clusters = [(cards or {}).get(p.transaction_id, p.transaction_id) for p in payments]
     return VersionFigures(
         version=reference.version, at_operating_points=at_points, auc_roc=auc_roc(labels, scores),
-        auc_upper=auc_upper_bound(labels, scores, clusters, config.confidence)[1],
+        auc_upper=day_ranking(labels, scores, clusters, reference.ranking, config.confidence)[1],
         average_precision=average_precision(labels, scores),
         review_thresholds=tuple(sorted({float(x) for x in review})), block_thresholds=tuple(sorted({float(x) for x in block})),
         review_budget=budget, review_rate_vs_budget=ratio, alert_rate_in_band=in_band, score_psi=score_psi,

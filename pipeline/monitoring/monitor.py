@@ -176,7 +176,7 @@ def _judge_versions(client: MlflowClient, day: date, decisions: DayDecisions, la
         at = figures.at_operating_points
         entry = judge_day(day, at.frauds, None if math.isnan(at.recall) else at.recall, reference.expected_recall, config,
                           figures.stuck_features, figures.out_of_range_features,
-                          (figures.auc_roc, figures.auc_upper), reference.expected_auc)
+                          (figures.auc_roc, figures.auc_upper), reference.ranking.auc if reference.ranking else None)
         streak = days_below_in_a_row(history.record(model_name, version, entry), day)
         judged.append((VersionReport(figures, entry, version_state(entry, streak, config), streak, reference.run_id,
                                      reference.expected_recall_source, reference.training_sample), reference))

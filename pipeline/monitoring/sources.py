@@ -35,8 +35,7 @@ from pipeline.ingest.raw_reader import read_raw
 from pipeline.kafka.admin import KafkaUnavailable
 from pipeline.kafka.reader import ConsumedRecord, read_topic
 from pipeline.kafka.settings import KafkaConfig, with_log_routing
-from pipeline.metrics import auc_roc
-from pipeline.monitoring.figures import VersionReference
+from pipeline.monitoring.figures import RankingExpectation, VersionReference, ranking_expectation
 from pipeline.monitoring.join import Report
 
 # Logged at registration (pipeline.registry.tracking, under RUN_ARTIFACTS): spelled out here because
@@ -109,10 +108,10 @@ def version_reference(client: MlflowClient, model_name: str, version: int, sampl
     if expected is None:
         notes.append(f"no {EXPECTED_RECALL_TAG} tag and no validation recall in the operating points: "
                      "recall is reported, not judged")
-    scores, expected_auc = _validation_scores(client, registered.run_id, notes)
+    scores, ranking = _validation_scores(client, registered.run_id, notes)
     features, sample, categorical = _training_sample(tags, sample_rows, notes)
     return VersionReference(version, registered.run_id, points, expected, source, scores, features, sample,
-                            categorical, tuple(notes), expected_auc)
+                            categorical, tuple(notes), ranking)
 
 
 def expected_recall(tags: dict[str, str], points: OperatingPoints | None) -> tuple[float | None, str]:
@@ -140,24 +139,25 @@ def _operating_points(tags: dict[str, str], notes: list[str]) -> OperatingPoints
 
 
 def _validation_scores(client: MlflowClient, run_id: str | None,
-                       notes: list[str]) -> tuple[np.ndarray | None, float | None]:
-    """The run's validation scores (for the score PSI) and its validation AUC (the ranking's
-    expectation), from the run's validation_scores.parquet."""
+                       notes: list[str]) -> tuple[np.ndarray | None, RankingExpectation | None]:
+    """The run's validation scores (for the score PSI) and the ranking they set as the expectation
+    (:func:`pipeline.monitoring.figures.ranking_expectation`), from the run's validation_scores.parquet."""
     if not run_id:
         notes.append("the version has no run: no validation scores for the score PSI or the ranking")
         return None, None
     with tempfile.TemporaryDirectory(prefix="monitor-") as tmp:
         try:
             path = client.download_artifacts(run_id, VALIDATION_SCORES, tmp)
-            table = pq.read_table(path, columns=["score", "label"])
+            table = pq.read_table(path, columns=["score", "label", "event_time", "card_id"])
         except (MlflowException, OSError, KeyError, pa.ArrowException) as exc:
             notes.append(f"run {run_id} has no readable {VALIDATION_SCORES} ({type(exc).__name__}): no score PSI "
                          "and no ranking judged")
             return None, None
     scores = table["score"].to_numpy(zero_copy_only=False).astype(np.float64)
     finite = np.isfinite(scores)
-    expected_auc = auc_roc(table["label"].to_numpy(zero_copy_only=False)[finite], scores[finite])
-    return scores[finite], (expected_auc if math.isfinite(expected_auc) else None)
+    column = lambda name: table[name].to_numpy(zero_copy_only=False)[finite]  # noqa: E731
+    return scores[finite], ranking_expectation(column("label"), scores[finite], column("event_time"),
+                                               column("card_id"))
 
 
 def _training_sample(tags: dict[str, str], rows: int,
