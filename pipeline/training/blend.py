@@ -1,7 +1,12 @@
 """The boosted half of a blended model, fitted at the end of a run (rank 0, in finalisation).
 
 LightGBM trains on the train split's rows as the network reads them (the same reader, so the same
-inputs: numeric features, then categorical codes as LightGBM categoricals). Its raw score on
+inputs: numeric features, then categorical codes as LightGBM categoricals). When the network trains
+on a negative sample (``[data] negative_sample_rate`` < 1), so does the booster: every fraud and a
+seeded share ``rate`` of the genuine rows, each kept negative weighted ``1 / rate`` (importance
+weights), so its objective and its early-stopping log-loss are the unsampled ones in expectation
+while the fit costs about ``rate`` of the unsampled one. Sampled unweighted, the booster would see
+frauds ten times as often as they happen: strong positive weighting ranks worse here. Its raw score on
 validation enters the calibration fit beside the network's logit
 (:func:`pipeline.training.calibration.fit_calibration` with ``extra``): one fit gives the
 temperature, the shift and the booster's weight, so the blend is calibrated by construction.
@@ -63,34 +68,38 @@ class SplitRows:
     inputs: np.ndarray  # float64 [n, F + C]: numeric features, then categorical codes
     labels: np.ndarray  # float [n]
     event_times: np.ndarray  # int64 [n], microseconds since the epoch
+    weights: np.ndarray  # float64 [n]: 1, or 1 / negative_share for a sampled genuine row
 
-    def take(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(inputs, labels) of ``rows`` (a mask or indices)."""
-        return self.inputs[rows], self.labels[rows]
+    def take(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(inputs, labels, weights) of ``rows`` (a mask or indices)."""
+        return self.inputs[rows], self.labels[rows], self.weights[rows]
 
 
 def read_split_rows(root: Path, manifest: DatasetManifest, split: str, keep_share: float = 1.0,
-                    seed: int = 0) -> SplitRows:
+                    seed: int = 0, negative_share: float = 1.0) -> SplitRows:
     """``split``'s rows in file order; with ``keep_share < 1`` a seeded Bernoulli sample of them (the
-    booster's training rows of a large split)."""
+    booster's training rows of a large split). With ``negative_share < 1``, of those every fraud and a
+    seeded Bernoulli share ``negative_share`` of the genuine rows, weighted ``1 / negative_share``."""
     rng = np.random.default_rng(seed)
-    xs, ys, ts = [], [], []
+    xs, ys, ts, ws = [], [], [], []
     time_column = manifest.id_columns[2]
     for batch, ids in iter_eval_chunks(root, manifest, split, 0, 1, with_ids=True):
         x = np.concatenate([batch.numeric.numpy().astype(np.float64), batch.categorical.numpy().astype(np.float64)],
                            axis=1)
         y = batch.label.numpy()
         t = ids.column(time_column).to_numpy().astype("datetime64[us]").astype(np.int64)
-        if keep_share < 1.0:
-            keep = rng.random(len(y)) < keep_share
-            x, y, t = x[keep], y[keep], t[keep]
+        w = np.where(y > 0.5, 1.0, 1.0 / negative_share)
+        if keep_share < 1.0 or negative_share < 1.0:
+            keep = rng.random(len(y)) < keep_share * np.where(y > 0.5, 1.0, negative_share)
+            x, y, t, w = x[keep], y[keep], t[keep], w[keep]
         xs.append(x)
         ys.append(y)
         ts.append(t)
+        ws.append(w)
     if not xs:
         width = len(manifest.numeric_features) + len(manifest.categorical_features)
-        return SplitRows(np.zeros((0, width)), np.zeros(0), np.zeros(0, np.int64))
-    return SplitRows(np.concatenate(xs), np.concatenate(ys), np.concatenate(ts))
+        return SplitRows(np.zeros((0, width)), np.zeros(0), np.zeros(0, np.int64), np.zeros(0))
+    return SplitRows(np.concatenate(xs), np.concatenate(ys), np.concatenate(ts), np.concatenate(ws))
 
 
 def latest_rows(event_times: np.ndarray, share: float) -> np.ndarray:
@@ -128,18 +137,18 @@ def cross_fit_stack(network_logits: np.ndarray, boosted: np.ndarray, labels: np.
     return out
 
 
-def fit_booster(manifest: DatasetManifest, fit: tuple[np.ndarray, np.ndarray],
-                stopping: tuple[np.ndarray, np.ndarray], config: BlendConfig, seed: int) -> GbmTerm:
-    """LightGBM on the ``fit`` rows, early-stopped on the ``stopping`` rows' log-loss; weight 1 (the
-    calibration sets it)."""
+def fit_booster(manifest: DatasetManifest, fit: tuple[np.ndarray, np.ndarray, np.ndarray],
+                stopping: tuple[np.ndarray, np.ndarray, np.ndarray], config: BlendConfig, seed: int) -> GbmTerm:
+    """LightGBM on the ``fit`` rows (inputs, labels, row weights), early-stopped on the ``stopping``
+    rows' weighted log-loss; weight 1 (the calibration sets it)."""
     import lightgbm as lgb
 
     features = (*manifest.numeric_features, *manifest.categorical_features)
     categorical = tuple(range(len(manifest.numeric_features), len(features)))
-    dataset = lgb.Dataset(fit[0], fit[1], feature_name=list(features), categorical_feature=list(categorical),
-                          free_raw_data=True)
+    dataset = lgb.Dataset(fit[0], fit[1], weight=fit[2], feature_name=list(features),
+                          categorical_feature=list(categorical), free_raw_data=True)
     booster = lgb.train(config.lightgbm_params(seed), dataset, num_boost_round=config.max_rounds,
-                        valid_sets=[dataset.create_valid(stopping[0], stopping[1])],
+                        valid_sets=[dataset.create_valid(stopping[0], stopping[1], weight=stopping[2])],
                         callbacks=[lgb.early_stopping(config.early_stopping_rounds, verbose=False)])
     best = booster.best_iteration or booster.current_iteration()
     return GbmTerm(booster, 1.0, features, categorical, best)
@@ -176,14 +185,17 @@ def _both_classes(labels: np.ndarray, at_least: int = 1) -> bool:
 
 
 def blend_network(model: FraudModel, scored: ScoredSplit, root: Path, manifest: DatasetManifest,
-                  config: BlendConfig, seed: int, calibration: Calibration) -> tuple[Calibration, BlendSummary, np.ndarray]:
-    """Fit the booster, judge the stack with ``scored`` (validation, uncalibrated logits) out of sample
+                  config: BlendConfig, seed: int, calibration: Calibration,
+                  negative_sample_rate: float = 1.0) -> tuple[Calibration, BlendSummary, np.ndarray]:
+    """Fit the booster (on every fraud and ``negative_sample_rate`` of the genuine train rows,
+    importance-weighted: module docstring), judge the stack with ``scored`` (validation, uncalibrated logits) out of sample
     and, when kept, set ``model.gbm`` and return the blend's calibration (refitted on all of validation)
     and validation's logits on the network's scale (``z + T * w * boosted``: calibrating them with the
     returned calibration gives the blend's probabilities); else return ``calibration`` (the network's
     own) and ``scored.logits``, and leave the model as it is. The summary records the evidence."""
     total = _rows(manifest, "train")
-    train = read_split_rows(root, manifest, "train", min(1.0, config.max_train_rows / total) if total else 1.0, seed)
+    train = read_split_rows(root, manifest, "train", min(1.0, config.max_train_rows / total) if total else 1.0, seed,
+                            negative_sample_rate)
     stopping = latest_rows(train.event_times, config.early_stopping_share)
     validation = read_split_rows(root, manifest, "validation")
     if len(validation.labels) != len(scored.labels):

@@ -32,8 +32,16 @@ class DataConfig:
     # 1 reads every row. The calibration on the unsampled validation split removes the -log(rate)
     # it adds to the log-odds (pipeline/training/sampling.py).
     negative_sample_rate: float = 1.0
+    # Sampled genuine rows weigh 1 / negative_sample_rate in the training loss (importance weights), so
+    # the objective is the unsampled run's in expectation. Unweighted, every fraud would weigh 1 / rate
+    # as much as in the data: a strong positive weighting, which ranks worse (costs AP).
+    weigh_sampled_negatives: bool = True
     # Rows (a uniform sample of the train split) the numeric bin edges are fitted on, by rank 0.
     bin_fit_rows: int = 500_000
+
+    @property
+    def sampled(self) -> bool:
+        return self.negative_sample_rate < 1.0
 
 
 @dataclass(frozen=True)
@@ -176,11 +184,29 @@ class LoopConfig:
     max_steps: int = 0  # stop after this many optimizer steps in total (0 = run all epochs)
     log_every: int = 20
     checksum_every: int = 100  # compare a parameter checksum across ranks every N steps
-    early_stop_patience: int = 3  # epochs without an average-precision gain before stopping
+    early_stop_patience: int = 3  # validations without an average-precision gain before stopping
     early_stop_min_delta: float = 1e-4
     max_consecutive_skips: int = 5  # non-finite steps in a row before the job fails
     threads_per_rank: int = 1  # torch intra-op threads per process (ranks share the cores)
     validate: bool = True  # per-epoch validation (benchmarks measuring throughput turn it off)
+    # Validate after every k-th epoch (and the last). Scoring the unsampled validation split costs the
+    # same however few rows an epoch samples ([data] negative_sample_rate): with short sampled epochs,
+    # validating each one would spend the run's time on scoring instead of optimizer steps.
+    validate_every_epochs: int = 1
+    # Epochs when [data] negative_sample_rate < 1 (0: `epochs`). Each draws fresh genuine rows, so
+    # more, shorter epochs give the optimizer steps AP needs while still costing a share of a full run.
+    sampled_epochs: int = 0
+    # validate_every_epochs when sampling (0: validate_every_epochs).
+    sampled_validate_every_epochs: int = 0
+
+    def run_epochs(self, sampled: bool) -> int:
+        """Epochs of a run, on a negative sample or not."""
+        return self.sampled_epochs if sampled and self.sampled_epochs else self.epochs
+
+    def validation_period(self, sampled: bool) -> int:
+        """Epochs between validations, on a negative sample or not."""
+        return (self.sampled_validate_every_epochs if sampled and self.sampled_validate_every_epochs
+                else self.validate_every_epochs)
 
 
 @dataclass(frozen=True)
@@ -245,6 +271,11 @@ def validate_config(config: TrainConfig, source: str) -> TrainConfig:
         (config.data.bin_fit_rows >= 1, "data.bin_fit_rows must be >= 1"),
         (0.0 < config.data.negative_sample_rate <= 1.0,
          f"data.negative_sample_rate must be in (0, 1] (1 keeps every genuine row), got {config.data.negative_sample_rate}"),
+        (config.loop.sampled_epochs >= 0, "loop.sampled_epochs must be >= 0 (0 = loop.epochs)"),
+        (config.loop.sampled_validate_every_epochs >= 0,
+         "loop.sampled_validate_every_epochs must be >= 0 (0 = loop.validate_every_epochs)"),
+        (config.loop.validate_every_epochs >= 1,
+         f"loop.validate_every_epochs must be >= 1, got {config.loop.validate_every_epochs}"),
         (config.model.numeric_bins >= 0, "model.numeric_bins must be >= 0 (0 = no piecewise-linear encoding)"),
         (config.model.numeric_embedding_dim >= 1, "model.numeric_embedding_dim must be >= 1"),
         (config.model.ensemble_size >= 1, "model.ensemble_size must be >= 1"),

@@ -70,11 +70,12 @@ def compression_summary(config: CompressionConfig) -> CompressionSummary:
 def finalize_run(run: RunDir, checkpointer: Checkpointer, dataset_root: Path, manifest: DatasetManifest,
                  loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
                  outcome: TrainingOutcome, budget: DecisionBudget, blend: BlendConfig | None = None,
-                 seed: int = 0) -> RunSummary:
+                 seed: int = 0, negative_sample_rate: float = 1.0) -> RunSummary:
     """Calibrate ``best/`` on the validation split, choose the operating points of ``budget`` on the
     calibrated validation scores, write model/, validation scores and summary.json.
 
-    With ``blend.gbm``, a LightGBM booster is fitted and stacked with the network by the calibration
+    With ``blend.gbm``, a LightGBM booster is fitted (on the network's negative sample at
+    ``negative_sample_rate`` < 1, importance-weighted) and stacked with the network by the calibration
     fit (:mod:`.blend`); kept (in ``best/`` and ``model/``) when it ranks validation better out of
     sample (stack cross-fitted over time folds, booster never fitted on validation).
 
@@ -83,7 +84,7 @@ def finalize_run(run: RunDir, checkpointer: Checkpointer, dataset_root: Path, ma
     ``summary.json`` (last: its presence means the run finished).
     Returns the summary written.
     """
-    calibrated = calibrate_best(checkpointer, dataset_root, manifest, blend, seed)
+    calibrated = calibrate_best(checkpointer, dataset_root, manifest, blend, seed, negative_sample_rate)
     metrics = split_metrics(calibrated.scored, loss_fn, calibrated.calibration.temperature,
                             calibrated.calibration.logit_shift)
     probs = calibrated.probabilities()
@@ -112,7 +113,7 @@ class CalibratedBest:
 
 
 def calibrate_best(checkpointer: Checkpointer, dataset_root: Path, manifest: DatasetManifest,
-                   blend: BlendConfig | None, seed: int) -> CalibratedBest:
+                   blend: BlendConfig | None, seed: int, negative_sample_rate: float = 1.0) -> CalibratedBest:
     """Score ``best/`` on validation, fit the calibration (stacked with a LightGBM booster when
     ``blend.gbm``), republish ``best/`` with it (``calibration.pt``, ``gbm.*``) and apply it to the model.
     Idempotent: the stored calibration is ignored and refitted from the same best weights."""
@@ -122,7 +123,8 @@ def calibrate_best(checkpointer: Checkpointer, dataset_root: Path, manifest: Dat
     calibration = fit_calibration(torch.from_numpy(scored.logits), torch.from_numpy(scored.labels).float())
     blended = None
     if blend is not None and blend.gbm:
-        calibration, blended, logits = blend_network(model, scored, dataset_root, manifest, blend, seed, calibration)
+        calibration, blended, logits = blend_network(model, scored, dataset_root, manifest, blend, seed, calibration,
+                                                     negative_sample_rate)
         scored = dataclasses.replace(scored, logits=logits)  # the blend's log-odds on the network's scale
     checkpointer.save_calibrated(calibration.temperature, calibration.logit_shift, model.gbm)
     apply_calibration(model, calibration)

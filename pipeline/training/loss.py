@@ -35,9 +35,10 @@ def focal_loss(logits: torch.Tensor, labels: torch.Tensor, gamma: float, alpha: 
     return (alpha_t * (1 - p_t).pow(gamma) * bce).mean()
 
 
-def make_loss(config: OptimConfig, positives: int, negatives: int):
-    """``loss(logits, labels) -> scalar`` for the configured kind."""
+def make_loss(config: OptimConfig, positives: int, negatives: int, positive_scale: float = 1.0):
+    """``loss(logits, labels) -> scalar`` for the configured kind. ``positive_scale`` multiplies the
+    positive weight of weighted BCE (importance weights of a negative sample: its rate)."""
     if config.loss == "focal":
         return lambda logits, labels: focal_loss(logits, labels, config.focal_gamma, config.focal_alpha)
-    w = positive_weight(config, positives, negatives)
+    w = positive_weight(config, positives, negatives) * positive_scale
     return lambda logits, labels: weighted_bce(logits, labels, w)

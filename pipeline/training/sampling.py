@@ -8,11 +8,18 @@ epoch's rows are a pure function of its key and a resumed epoch replays the same
 How many rows a piece keeps, ``positives + round(rate * negatives)``, does not depend on the
 epoch: steps per epoch are fixed before the first one, as collectives need.
 
-Scores: a model trained on sampled rows has its log-odds raised by ``-log(rate)`` (the prior
-correction of King and Zeng). The calibration fitted on the unsampled validation split
-(:mod:`pipeline.training.calibration`, its logit shift) removes that offset with the rest, so the
-exported model scores at the full fraud rate; the gate, operating points and ECE are judged on
-unsampled rows.
+Loss: by default (``[data] weigh_sampled_negatives``) each kept genuine row weighs ``1 / rate``
+(importance weights, :func:`pipeline.training.loss.make_loss`'s ``positive_scale``), so the
+objective is the unsampled one in expectation. Unweighted, the model's log-odds are raised by
+``-log(rate)`` (the prior correction of King and Zeng) and frauds weigh ``1 / rate`` times their
+share, a strong positive weighting that ranked worse here. Either way the calibration fitted on the
+unsampled validation split (:mod:`pipeline.training.calibration`, its logit shift) puts the exported
+model's scores at the full fraud rate; the gate, operating points and ECE are judged on unsampled rows.
+
+Run length: a sampled epoch is about ``rate`` of an unsampled one, and optimizer steps are what
+average precision needs most, so a sampled run has its own ``[loop] sampled_epochs`` and validates
+every ``sampled_validate_every_epochs`` (scoring the unsampled validation split costs the same
+however short the epoch).
 """
 
 from __future__ import annotations

@@ -101,7 +101,8 @@ class Trainer:
         micro_rows = split_global_batch(config.data.global_batch_size, env.world_size, accumulation)
         self.data = TrainStream(self.dataset_root, self.manifest, env.rank, env.world_size, micro_rows, accumulation,
                                 config.data.shuffle_window_rows, config.loop.seed, config.data.negative_sample_rate)
-        full = self.data.steps_per_epoch * config.loop.epochs
+        self.epochs = config.loop.run_epochs(config.data.sampled)
+        full = self.data.steps_per_epoch * self.epochs
         self.total_steps = min(full, config.loop.max_steps) if config.loop.max_steps > 0 else full
         self.ddp = DistributedDataParallel(
             self.model, device_ids=[env.device] if env.device.type == "cuda" else None,
@@ -117,7 +118,12 @@ class Trainer:
         self.average = WeightAverage(self.model, config.optim.ema_decay) if config.optim.ema_decay > 0 else None
         train_shards = self.manifest.shards_for("train")
         frauds = sum(s.frauds for s in train_shards)
-        self.loss_fn = make_loss(config.optim, frauds, sum(s.rows for s in train_shards) - frauds)
+        genuine = sum(s.rows for s in train_shards) - frauds
+        self.loss_fn = make_loss(config.optim, frauds, genuine)  # on unsampled rows: validation, finalisation
+        # Sampled genuine rows weigh 1/rate: as positives weighed `rate` against them (Adam ignores the scale).
+        importance = config.data.sampled and config.data.weigh_sampled_negatives
+        self.train_loss_fn = make_loss(config.optim, frauds, genuine,
+                                       positive_scale=config.data.negative_sample_rate if importance else 1.0)
         self.files = files.RunDir(self.run_dir)
         self.checkpointer = Checkpointer(self.files.checkpoints, env.rank, env.world_size,
                                          config.checkpoint.keep_last, barrier)
@@ -159,13 +165,13 @@ class Trainer:
                     train_samples=self.loop_samples, loop_seconds=self.loop_seconds, rank_stats=rank_stats,
                     world_size=self.env.world_size, backend=self.env.backend,
                     compression=self.config.compression, started_at=started),
-                self.config.decisions, self.config.blend, self.config.loop.seed)
+                self.config.decisions, self.config.blend, self.config.loop.seed, self.config.data.negative_sample_rate)
         barrier()
         return summary
 
     def _finished(self) -> bool:
         return (self.state.stopped_early or self.state.global_step >= self.total_steps
-                or self.state.epoch >= self.config.loop.epochs)
+                or self.state.epoch >= self.epochs)
 
     def _train_epoch(self) -> None:
         epoch = self.state.epoch
@@ -183,8 +189,13 @@ class Trainer:
             tick, cpu_tick = time.perf_counter(), time.process_time()
         if self.state.step_in_epoch == self.data.steps_per_epoch:
             self.state.epoch, self.state.step_in_epoch = epoch + 1, 0
-        is_best = self._validate(epoch)
+        is_best = self._validate(epoch) if self._validation_due(epoch) else False
         self._save(epoch, is_best)
+
+    def _validation_due(self, epoch: int) -> bool:
+        """After every ``validate_every_epochs``-th epoch, and after the run's last one (so the best
+        weights are always chosen from a validated epoch)."""
+        return (epoch + 1) % self.config.loop.validation_period(self.config.data.sampled) == 0 or self._finished()
 
     def train_step(self, micro_batches: list[Batch]) -> None:
         """One optimizer step: micro-batches under ``no_sync`` but the last, clip, then AdamW.
@@ -214,7 +225,7 @@ class Trainer:
                 logits = self.ddp(batch.numeric.to(self.env.device), batch.categorical.to(self.env.device),
                                   per_member=True).float()
                 labels = batch.label.to(self.env.device).unsqueeze(1).expand_as(logits)
-                loss = self.loss_fn(logits, labels) / len(micro_batches)
+                loss = self.train_loss_fn(logits, labels) / len(micro_batches)
                 if self.env.is_rank0 and step in cfg.faults.nan_loss_at_steps:
                     loss = loss * float("nan")
                 loss.backward()

@@ -21,7 +21,9 @@ TINY_OVERRIDES: dict[str, dict[str, Any]] = {
     "schedule": {"warmup_steps": 3},
     "compression": {"method": "topk_ef", "density": 0.05, "dense_warmup_steps": 2, "density_warmup_epochs": 0.5},
     "checkpoint": {"every_steps": 4, "keep_last": 2},
-    "loop": {"epochs": 2, "log_every": 1, "checksum_every": 3, "early_stop_patience": 5},
+    # A sampled run as long as an unsampled one and validated every epoch, unless a test says otherwise.
+    "loop": {"epochs": 2, "log_every": 1, "checksum_every": 3, "early_stop_patience": 5, "sampled_epochs": 0,
+             "sampled_validate_every_epochs": 0},
 }
 
 

@@ -38,7 +38,7 @@ ALWAYS, NEVER = BlendConfig(gbm=True, min_ap_gain=-1.0, max_rounds=60), BlendCon
 DEFAULT_RULE = BlendConfig(gbm=True, max_rounds=60)  # min_ap_gain 0: the blend must gain out of sample
 
 
-def _finalize(tmp_path, dataset, manifest, blend: BlendConfig, name: str = "run"):
+def _finalize(tmp_path, dataset, manifest, blend: BlendConfig, name: str = "run", negative_sample_rate: float = 1.0):
     torch.manual_seed(0)
     model = FraudModel(FraudModelConfig(manifest.numeric_features, dict(manifest.categorical_features),
                                         embedding_dim=2, hidden_dim=8, num_blocks=1))
@@ -46,7 +46,7 @@ def _finalize(tmp_path, dataset, manifest, blend: BlendConfig, name: str = "run"
     checkpointer = Checkpointer(run.checkpoints, rank=0, world_size=1, keep_last=2, barrier=lambda: None)
     checkpointer.save(6, 1, {"model": model.state_dict()}, {}, model.config.to_json(), is_best=True)
     summary = finalize_run(run, checkpointer, dataset, manifest, _loss(manifest), _outcome(time.time()),
-                           DecisionBudget(), blend, seed=3)
+                           DecisionBudget(), blend, seed=3, negative_sample_rate=negative_sample_rate)
     return run, checkpointer, summary
 
 
@@ -238,3 +238,29 @@ def test_a_summary_written_before_out_of_fold_decisions_still_reads(tmp_path, ti
     read = RunSummary.from_json(json.dumps(old))
     assert read.blend.rule is None and read.blend.ap_gain is None
     assert read.blend.validation_ap_network == summary.blend.validation_ap_network
+
+
+def test_the_negative_sample_keeps_every_fraud_and_weighs_kept_genuine_rows_by_one_over_the_rate(tiny_dataset,
+                                                                                                  tiny_manifest):
+    every = read_split_rows(tiny_dataset, tiny_manifest, "train")
+    sampled = read_split_rows(tiny_dataset, tiny_manifest, "train", seed=4, negative_share=0.25)
+    frauds, genuine = int(every.labels.sum()), int((every.labels == 0).sum())
+    assert int(sampled.labels.sum()) == frauds
+    assert 0.2 * genuine < int((sampled.labels == 0).sum()) < 0.3 * genuine
+    np.testing.assert_array_equal(sampled.weights, np.where(sampled.labels > 0.5, 1.0, 4.0))
+    np.testing.assert_array_equal(every.weights, np.ones(len(every.labels)))
+    # every fraud row itself, in file order
+    np.testing.assert_array_equal(sampled.inputs[sampled.labels > 0.5], every.inputs[every.labels > 0.5])
+
+
+def test_a_sampled_run_fits_its_booster_on_the_negative_sample(tmp_path, tiny_dataset, tiny_manifest):
+    """The booster's fixed cost shrinks with the network's sample: its train and early-stopping rows are
+    every fraud and about ``rate`` of the genuine rows."""
+    _, _, full = _finalize(tmp_path, tiny_dataset, tiny_manifest, ALWAYS, name="full")
+    _, _, sampled = _finalize(tmp_path, tiny_dataset, tiny_manifest, ALWAYS, name="sampled", negative_sample_rate=0.25)
+    every = read_split_rows(tiny_dataset, tiny_manifest, "train")
+    frauds = int(every.labels.sum())
+    seen = sampled.blend.train_rows + sampled.blend.early_stopping_rows
+    assert full.blend.train_rows + full.blend.early_stopping_rows == len(every.labels)
+    assert frauds + 0.2 * (len(every.labels) - frauds) < seen < frauds + 0.3 * (len(every.labels) - frauds)
+    assert sampled.blend.trees >= 1

@@ -28,3 +28,15 @@ def test_unknown_keys_and_bad_values_are_named():
     table = train_config_dict({"compression": {"method": "zip"}})
     with pytest.raises(ConfigError, match="compression.method"):
         train_config_from_dict(table)
+
+
+def test_a_sampled_run_takes_its_own_epochs_and_validation_period():
+    config = train_config_from_dict(train_config_dict({
+        "loop": {"epochs": 10, "validate_every_epochs": 1, "sampled_epochs": 20, "sampled_validate_every_epochs": 2}}))
+    assert (config.loop.run_epochs(False), config.loop.validation_period(False)) == (10, 1)
+    assert (config.loop.run_epochs(True), config.loop.validation_period(True)) == (20, 2)
+    unset = train_config_from_dict(train_config_dict({"loop": {"epochs": 10, "sampled_epochs": 0,
+                                                               "sampled_validate_every_epochs": 0}}))
+    assert (unset.loop.run_epochs(True), unset.loop.validation_period(True)) == (10, unset.loop.validate_every_epochs)
+    with pytest.raises(ConfigError, match="loop.validate_every_epochs"):
+        train_config_from_dict(train_config_dict({"loop": {"validate_every_epochs": 0}}))

@@ -39,3 +39,13 @@ def test_make_loss_selects_the_configured_kind():
     assert focal(logits, labels).item() == pytest.approx(focal_loss(logits, labels, 0.0, 0.5).item())
     bce = make_loss(OptimConfig(loss="weighted_bce", pos_weight=2.0), 1, 1)
     assert bce(logits, labels).item() == pytest.approx(weighted_bce(logits, labels, 2.0).item())
+
+
+def test_importance_weights_of_a_negative_sample_are_the_unsampled_loss_up_to_scale():
+    """positive_scale = rate: each kept genuine row weighs 1/rate against a fraud, so the loss on a
+    sample is the unsampled loss (times rate) in expectation."""
+    logits, labels = torch.tensor([0.3, -1.2, 0.5]), torch.tensor([1.0, 0.0, 0.0])
+    scaled = make_loss(OptimConfig(pos_weight=2.0), 10, 990, positive_scale=0.1)(logits, labels)
+    per_row = torch.nn.functional.binary_cross_entropy_with_logits(logits, labels, reduction="none")
+    importance = torch.tensor([2.0, 1 / 0.1, 1 / 0.1])  # the fraud's own weight; genuine rows 1/rate
+    assert scaled.item() == pytest.approx(0.1 * (importance * per_row).mean().item(), rel=1e-5)

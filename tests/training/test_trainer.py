@@ -201,3 +201,28 @@ def test_a_negative_sampled_run_trains_two_ranks_on_every_fraud_and_a_tenth_of_t
     # 9 steps an epoch on every row; about 1 on the frauds and a tenth of the genuine rows.
     assert sampled.completed and sampled.epochs == full.epochs and 0 < sampled.global_step <= 0.25 * full.global_step
     assert json.loads((run_dir / "config.json").read_text())["data"]["negative_sample_rate"] == 0.1
+
+
+def test_validation_every_kth_epoch_and_the_last(workdir, tiny_dataset):
+    """[loop] validate_every_epochs = 2 over 3 epochs validates after epochs 1 and 2 (the last) only,
+    and the exported best weights come from a validated epoch."""
+    conf = write_conf_dir(workdir / "conf-every2", {**JOB, "loop": {"epochs": 3, "validate_every_epochs": 2}})
+    run_dir = workdir / "every2"
+    summary = run_training(None, run_dir, tiny_dataset, Torchrun(nproc_per_node=2), config_path=conf / "train.toml",
+                           log_file=workdir / "every2.log")
+    validated = [json.loads(line)["epoch"] for line in RunDir(run_dir).epochs.read_text().splitlines()]
+    assert summary.completed and summary.epochs == 3
+    assert validated == [1, 2] and summary.best_epoch in validated
+
+
+def test_a_sampled_run_takes_its_own_epochs_and_validation_period(workdir, tiny_dataset):
+    """With negative_sample_rate < 1, [loop] sampled_epochs and sampled_validate_every_epochs replace
+    epochs (2 here) and validate_every_epochs (1)."""
+    conf = write_conf_dir(workdir / "conf-sampled-loop", {
+        **JOB, "data": {"negative_sample_rate": 0.1},
+        "loop": {"sampled_epochs": 3, "sampled_validate_every_epochs": 2}})
+    run_dir = workdir / "sampled-loop"
+    summary = run_training(None, run_dir, tiny_dataset, Torchrun(nproc_per_node=2), config_path=conf / "train.toml",
+                           log_file=workdir / "sampled-loop.log")
+    validated = [json.loads(line)["epoch"] for line in RunDir(run_dir).epochs.read_text().splitlines()]
+    assert summary.completed and summary.epochs == 3 and validated == [1, 2]
