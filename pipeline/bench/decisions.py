@@ -250,8 +250,9 @@ def _degradations(week: LiveWeek | None, stuck: tuple[str, float], judge, withhe
                 "degradations": []}
     control_days, _ = judge(recomputed(week, week.transactions, week.reports))
     new_pattern = new_fraud_pattern(week)
-    faults = [(new_pattern, judge)] if new_pattern is not None else [withheld] if withheld is not None else []
-    faults += [(channel_outage(week, *stuck), judge), (acquirer_minor_units(week), judge)]
+    faults = [(channel_outage(week, *stuck), judge), (acquirer_minor_units(week), judge)]
+    if new_pattern is not None or withheld is not None:
+        faults.insert(0, (new_pattern, judge) if new_pattern is not None else withheld)
     skipped = [] if len(faults) == 3 else ["new_fraud_pattern: the preset simulates every fraud pattern"]
     return {"degradations": [_detection(fault, *judged(fault.frame)) for fault, judged in faults], "skipped": skipped,
             "recomputed_control_false_alarm_days": sum(d["state"] == "degraded" for d in control_days)}

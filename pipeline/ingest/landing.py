@@ -145,14 +145,14 @@ def _run_hash_rows(table: pa.Table, kind: Kind, hashes: RowHashes) -> pa.Table:
     from these: :func:`pipeline.ingest.run_copies.settle_copies`)."""
     reasons = table[REASON]
     late = pc.fill_null(pc.equal(reasons, LATE), False)
-    open_rows = np.flatnonzero(pc.or_(pc.is_null(reasons), late).to_numpy(zero_copy_only=False))
-    ids = hashes.identities(open_rows)
-    chosen = table.take(pa.array(open_rows, pa.int64()))
+    open_rows = pa.array(np.flatnonzero(pc.or_(pc.is_null(reasons), late).to_numpy(zero_copy_only=False)), pa.int64())
+    rows = open_rows.to_numpy()
+    ids = hashes.identities(rows)
+    chosen = table.take(open_rows)
     columns = {"id_h1": as_int64(ids["h1"]), "id_h2": as_int64(ids["h2"]),
-               "content_hash": as_int64(hashes.contents(open_rows)), "kafka_timestamp": chosen["timestamp"],
+               "content_hash": as_int64(hashes.contents(rows)), "kafka_timestamp": chosen["timestamp"],
                "partition": chosen["partition"], "offset": chosen["offset"],
-               "day": pc.cast(chosen[TIME_FIELD_BY_KIND[kind]], pa.date32()),
-               "late": pc.fill_null(pc.equal(chosen[REASON], LATE), False)}
+               "day": pc.cast(chosen[TIME_FIELD_BY_KIND[kind]], pa.date32()), "late": late.take(open_rows)}
     return pa.table(list(columns.values()), schema=run_hashes_arrow_schema())
 
 
