@@ -2,13 +2,14 @@
 
 Each component receives only its slice: the session builder gets :class:`SparkConfig`, the Kafka
 source :class:`SourceConfig`, the raw store :class:`RawStoreConfig`, the feature transforms
-:class:`pipeline.features.transforms.FeatureParams`, the dataset builder :class:`DatasetConfig`,
+:class:`FeaturesConfig` (the feature knobs and the feature table's engine), the dataset builder :class:`DatasetConfig`,
 the run log :class:`LogConfig`.
 Connection settings (Spark master) may be overridden by ``$SPARK_MASTER`` and by ``--master``.
 """
 
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -62,6 +63,26 @@ class RawStoreConfig:
         return resolve_state_path(self.path)
 
 
+FeatureEngine = Literal["local", "spark"]
+FEATURE_ENGINES: tuple[str, ...] = typing.get_args(FeatureEngine)
+
+
+@dataclass(frozen=True)
+class FeaturesConfig(FeatureParams):
+    """``[features]``: the label knobs every feature path shares (:class:`FeatureParams`), and where
+    the feature table computes its stale dates (:mod:`pipeline.ingest.feature_update`)."""
+
+    # "local": the numpy kernel in this process, a block of dates plus their 30-day lookback in
+    # memory (fastest while that fits: no job to schedule, no shuffle). "spark": the same kernel in
+    # Spark tasks that also write the partitions; the driver holds only metadata (file lists,
+    # fingerprints, the plan's fraud reports), so a portfolio outgrows executors, not the driver.
+    engine: FeatureEngine = "local"
+    # spark engine: a card or merchant with more payments than this among the dates computed is cut
+    # into time chunks of about this many (each with its 30-day lookback as slim context), so no
+    # task holds one key's whole history of full rows (pipeline.features.spark_kernel).
+    hot_key_rows: int = 1_000_000
+
+
 @dataclass(frozen=True)
 class SplitMinimums:
     """One least count per split (``min_rows = { train = 1000, validation = 200, test = 200 }``)."""
@@ -97,8 +118,9 @@ class DatasetConfig:
     # Feature rows by event date, computed once and reused while their inputs are unchanged
     # (pipeline.ingest.feature_update); "" -> <state>/features/<raw store directory name>-<store id>.
     feature_table: str = ""
-    # Consecutive dates computed in one pass of the numpy kernel: the pass holds block + 30 days of
-    # payments in the driver's memory, and reads the 30-day lookback once per block.
+    # Consecutive dates computed in one pass of the local engine's numpy kernel ([features] engine):
+    # the pass holds block + 30 days of payments in the driver's memory, and reads the 30-day
+    # lookback once per block. The spark engine computes every stale date in one job.
     feature_block_days: int = 28
 
     def dataset_root(self) -> Path:
@@ -129,7 +151,7 @@ class IngestConfig:
     spark: SparkConfig = field(default_factory=SparkConfig)
     source: SourceConfig = field(default_factory=SourceConfig)
     raw: RawStoreConfig = field(default_factory=RawStoreConfig)
-    features: FeatureParams = field(default_factory=FeatureParams)
+    features: FeaturesConfig = field(default_factory=FeaturesConfig)
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
     logs: LogConfig = field(default_factory=LogConfig)
 
@@ -167,6 +189,10 @@ def validate_ingest_config(config: IngestConfig, source: str = "ingest.toml") ->
         problems.append("raw.max_lateness_days must be > 0 and raw.max_clock_skew_s >= 0")
     if config.features.label_delay_hours < 0 or config.features.label_match_days < 1:
         problems.append("features.label_delay_hours must be >= 0 and features.label_match_days >= 1")
+    if config.features.engine not in FEATURE_ENGINES:
+        problems.append(f"features.engine must be one of {', '.join(FEATURE_ENGINES)}, got {config.features.engine!r}")
+    if config.features.hot_key_rows < 1:
+        problems.append(f"features.hot_key_rows must be >= 1, got {config.features.hot_key_rows}")
     if problems:
         raise ConfigError(f"{source}: " + "; ".join(problems))
     return config

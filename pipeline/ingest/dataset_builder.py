@@ -2,8 +2,8 @@
 
 Features come from the feature table (:mod:`pipeline.datasets.feature_table`): the plan's dates
 are brought up to date first (:func:`~pipeline.ingest.feature_update.update_feature_table`: only
-new dates and dates whose inputs changed are computed), then read back and joined with the labels
-as of the plan's cutoffs. The shards are those of a full Spark rebuild
+new dates and dates whose inputs changed are computed, by the ``[features] engine``), then read
+back and joined with the labels as of the plan's cutoffs. The shards are those of a full Spark rebuild
 (:func:`spark_window_features`), byte for byte, so the content hash is the same either way.
 
 Publication order (readers trust only manifests):
@@ -45,7 +45,7 @@ from pipeline.datasets.manifest import (
 from pipeline.features import definitions as fd
 from pipeline.features.params import FeatureParams
 from pipeline.features.transforms import build_features, first_fraud_reports, labels_as_of
-from pipeline.ingest.config import DatasetConfig
+from pipeline.ingest.config import DatasetConfig, FeaturesConfig
 from pipeline.ingest.dataset_plan import SPLITS, DatasetPlan, check_raw_rows, check_split_sizes, split_counts
 from pipeline.ingest.feature_update import FeatureUpdate, feature_table_root, plan_dates, update_feature_table
 from pipeline.ingest.raw_layout import RawStore
@@ -129,8 +129,10 @@ def _place_version(build_dir: Path, final_dir: Path, shards: list[ShardInfo]) ->
 
 
 def build_dataset(spark: SparkSession, store: RawStore, plan: DatasetPlan, config: DatasetConfig,
-                  params: FeatureParams, run_id: str) -> DatasetSummary:
-    """Build, write and publish the dataset of ``plan``; idempotent for unchanged raw data.
+                  params: FeaturesConfig, run_id: str) -> DatasetSummary:
+    """Build, write and publish the dataset of ``plan``; idempotent for unchanged raw data. The
+    feature table's stale dates are computed by ``params.engine`` (on ``spark``'s executors, or in
+    this process).
 
     Raises :class:`~pipeline.ingest.dataset_plan.DatasetTooSmall` (nothing published) when a split
     is below ``config.min_rows`` / ``config.min_frauds``.
@@ -142,7 +144,8 @@ def build_dataset(spark: SparkSession, store: RawStore, plan: DatasetPlan, confi
     until = data_until(store)  # the store is locked: the same before and after the build
     check_raw_rows(plan, store.committed_rows_by_date(Kind.TRANSACTION, plan.first_date, plan.last_date), config, until)
     table = FeatureTable(feature_table_root(config.feature_table, store))
-    update = update_feature_table(store, table, plan, params, config.feature_block_days)
+    update = update_feature_table(store, table, plan, params, config.feature_block_days, engine=params.engine,
+                                  spark=spark, hot_key_rows=params.hot_key_rows)
     rows = dataset_rows(spark, store, plan, params, table_window_features(spark, table, plan))
     written = write_shards(rows, build_dir, config.num_shards_per_date)
     try:

@@ -13,18 +13,30 @@ A date's features are a function of (see :mod:`pipeline.features.definitions`):
 The fingerprint of a date is a SHA-256 over exactly these. :func:`update_feature_table` computes
 every fingerprint of the plan's dates (a directory listing and the plan's fraud reports, no feature
 work), keeps the partitions whose stored fingerprint matches and recomputes the rest: the new dates,
-and those a late payment or a back-dated report reached. Dates to compute are grouped into blocks
-of at most ``block_days`` consecutive dates; each block reads its payments plus the 30-day lookback
-once and runs the exact numpy kernel in this process (:func:`arrow_kernel.feature_rows`), where a
-Spark job costs more than that in its shuffles alone. The lookback comes from the table's lookback
-cache (:mod:`pipeline.ingest.block_payments`): a night reads its new date's raw files and 30 dates
-already coded, not 31 dates of raw Parquet; the fraud reports of the new report date, not some sixty
-dates of label files; and matches only the reports it has not matched before. Memory: one block's
-payments (``block_days + 30`` days).
+and those a late payment or a back-dated report reached. Two engines compute them (``[features]
+engine``), with the same kernel, into the same partitions, byte for byte (one writer:
+:func:`~pipeline.datasets.feature_table.write_partition_file`):
+
+* ``local``: dates are grouped into blocks of at most ``block_days`` consecutive dates; each block
+  reads its payments plus the 30-day lookback once and runs the exact numpy kernel in this process
+  (:func:`arrow_kernel.feature_rows`), where a Spark job costs more than that in its shuffles alone
+  on small portfolios. The lookback comes from the table's lookback cache
+  (:mod:`pipeline.ingest.block_payments`): a night reads its new date's raw files and 30 dates
+  already coded, not 31 dates of raw Parquet; the fraud reports of the new report date, not some
+  sixty dates of label files; and matches only the reports it has not matched before. Memory: one
+  block's payments (``block_days + 30`` days), in this process.
+* ``spark``: every stale date in one Spark job (:mod:`pipeline.ingest.feature_update_spark`):
+  executors read the raw files, run the kernel (hot keys split in time chunks, ``hot_key_rows``)
+  and write each date's file into a staging directory; this process holds only metadata (file
+  lists, fingerprints, the plan's fraud reports) and publishes. It reads the lookback's raw files,
+  not the lookback cache.
+
+Either way each date is published whole, its fingerprint written last (:meth:`FeatureTable.publish_staged`).
 
 Guarantee: the rows of every partition equal those the Spark build over the whole window computes
 (:func:`pipeline.ingest.dataset_builder.spark_window_features`), value for value; tested in
-``tests/ingest/test_feature_update.py``.
+``tests/ingest/test_feature_update.py``; the spark engine's files equal the local engine's, byte for
+byte, in ``tests/ingest/test_feature_update_spark.py``.
 """
 
 from __future__ import annotations
@@ -33,9 +45,10 @@ import hashlib
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -49,6 +62,7 @@ from pipeline.features.arrow_kernel import feature_rows
 from pipeline.features.kernel import US_PER_DAY
 from pipeline.features.params import FeatureParams
 from pipeline.ingest.block_payments import fraud_payments, read_block_payments
+from pipeline.ingest.config import FEATURE_ENGINES
 from pipeline.ingest.dataset_plan import DatasetPlan
 from pipeline.ingest.feature_inputs import (
     FraudReports,
@@ -60,6 +74,9 @@ from pipeline.ingest.feature_inputs import (
 from pipeline.ingest.id_index import EPOCH
 from pipeline.ingest.raw_layout import RawStore
 from pipeline.paths import resolve_state_path, state_dir
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 # Bump when a partition's content or the fingerprint's recipe changes. 2: the raw store is named by
 # its id, not its path (a moved store's dates stay valid).
@@ -91,16 +108,25 @@ def feature_table_root(configured: str, store: RawStore) -> Path:
     return features / f"{store.root.name}-{store.store_id()[:12]}"
 
 
+class FeatureEngineError(ValueError):
+    """An engine that does not exist, or the spark engine without a Spark session."""
+
+
 @dataclass(frozen=True)
 class FeatureUpdate:
-    """What one update did: dates computed (new or changed inputs) and dates reused."""
+    """What one update did: dates computed (new or changed inputs) and dates reused, by which
+    engine; the spark engine's kernel calls per pass (:class:`~pipeline.ingest.feature_update_spark.SparkFeatureRun`)."""
 
     computed: tuple[str, ...]
     reused: int
     seconds: float
+    engine: str = "local"
+    kernel_calls: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        return {"computed": list(self.computed), "reused": self.reused, "seconds": round(self.seconds, 3)}
+        out = {"computed": list(self.computed), "reused": self.reused, "seconds": round(self.seconds, 3),
+               "engine": self.engine}
+        return out | ({"kernel_calls": self.kernel_calls} if self.kernel_calls else {})
 
 
 def plan_dates(plan: DatasetPlan) -> list[date]:
@@ -154,14 +180,23 @@ def compute_block(store: RawStore, cache: LookbackCache, files: dict[date, list[
 
 
 def update_feature_table(store: RawStore, table: FeatureTable, plan: DatasetPlan, params: FeatureParams,
-                         block_days: int) -> FeatureUpdate:
+                         block_days: int, engine: str = "local", spark: SparkSession | None = None,
+                         hot_key_rows: int | None = None) -> FeatureUpdate:
     """Make every date of ``plan`` hold a partition whose fingerprint matches its current inputs.
 
+    ``engine``: ``"local"`` (blocks of ``block_days`` dates in this process) or ``"spark"`` (one job
+    on ``spark``'s executors; ``hot_key_rows``: split hotter keys, None: never), see the module doc.
     Call with the raw store's lock held (the store must not change while its files are listed and
     read). Each recomputed date is published whole; a kill leaves earlier dates published and the
     rest as they were (the next build recomputes them). The lookback cache keeps the dates from the
-    plan's feature history on.
+    plan's feature history on. Raises :class:`FeatureEngineError` before touching the table for an
+    unknown engine or ``spark`` without a session.
     """
+    if engine not in FEATURE_ENGINES:
+        raise FeatureEngineError(f"unknown feature engine {engine!r}: set [features] engine to one of "
+                                 f"{', '.join(FEATURE_ENGINES)}")
+    if engine == "spark" and spark is None:
+        raise FeatureEngineError("the spark feature engine needs a SparkSession (pass spark=...)")
     started = time.perf_counter()
     cache = table.lookback_cache()
     table.discard_leftovers()
@@ -171,7 +206,17 @@ def update_feature_table(store: RawStore, table: FeatureTable, plan: DatasetPlan
     days = plan_dates(plan)
     fingerprints = date_fingerprints(store, files, days, reports, params)
     stale = [d for d in days if table.fingerprint(d) != fingerprints[d][0]]
-    for block in blocks(stale, block_days):
-        for day, rows in compute_block(store, cache, files, block, reports, params).items():
-            table.publish(day, rows, *fingerprints[day])
-    return FeatureUpdate(tuple(d.isoformat() for d in stale), len(days) - len(stale), time.perf_counter() - started)
+    calls: dict = {}
+    if engine == "spark" and stale:
+        from pipeline.ingest.feature_update_spark import write_stale_dates  # Spark only where asked for
+
+        run = write_stale_dates(spark, table, files, stale, reports, params, hot_key_rows)
+        for day, (staging, rows) in run.staged.items():
+            table.publish_staged(day, staging, rows, *fingerprints[day])
+        calls = run.kernel_calls
+    else:
+        for block in blocks(stale, block_days):
+            for day, rows in compute_block(store, cache, files, block, reports, params).items():
+                table.publish(day, rows, *fingerprints[day])
+    return FeatureUpdate(tuple(d.isoformat() for d in stale), len(days) - len(stale), time.perf_counter() - started,
+                         engine, calls)

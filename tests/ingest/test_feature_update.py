@@ -162,7 +162,7 @@ def _nights_0_and_1(state_dir: Path, sim) -> tuple[RawStore, FeatureTable, objec
     return store, table, plan_nightly(FIRST_NIGHT + timedelta(days=1), cfg.dataset), cfg
 
 
-def _crash_writing(table, path, **kwargs):
+def _crash_writing(path, *args, **kwargs):
     Path(path).write_bytes(b"PAR1 half a file")
     raise KeyboardInterrupt("killed while writing")
 
@@ -178,7 +178,7 @@ def test_a_killed_night_leaves_no_half_written_partition(state_dir, sim, monkeyp
     store, table, plan, cfg = _nights_0_and_1(state_dir, sim)
     before = {d: table.fingerprint(d) for d in plan_dates(plan) + [plan.first_date - timedelta(days=1)]}
     if crash == "writing":
-        monkeypatch.setattr(feature_table_module.pq, "write_table", _crash_writing)
+        monkeypatch.setattr(feature_table_module, "write_partition_file", _crash_writing)
     else:
         monkeypatch.setattr(feature_table_module, "publish_dir", _crash_between_renames)
     with store.locked(), pytest.raises(KeyboardInterrupt):
