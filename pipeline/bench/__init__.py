@@ -33,6 +33,9 @@ BENCHMARKS: dict[str, str] = {
                 "rebuild vs Spark's bare two-pass shuffle+sort floor (plus the online-state fields when measured)",
     "lookback_vocabulary": "a night's lookback-cache cost (s, vocabulary ids and bytes, peak RSS) after 1 and 10 "
                            "turnovers of the card base, without vs with vocabulary compaction",
+    "scale": "the nightly feature step (spark engine on local-cluster; the local engine as the peer up to 4x) and the "
+             "identity check at 1x, 4x and 16x the dev portfolio's payments per day: peak RSS per process (driver, "
+             "each executor), seconds per million payments, shuffle bytes",
     "decisions": "review budget vs realised review rate, recall/precision at the budget vs LightGBM, review rate "
                  "change at a champion swap (operating points vs absolute thresholds), days to detect a stuck feature",
 }
