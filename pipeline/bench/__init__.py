@@ -27,8 +27,9 @@ BENCHMARKS: dict[str, str] = {
             "RSS growth, p99 drift (first vs last minute)",
     "partitions": "two scoring partitions behind fraudctl route vs one fraudctl serve, same payments, 8 concurrent: "
                   "rps ratio, p50/p99, errors",
-    "baseline": "our model vs LightGBM on the same features and split, three portfolios: AUC, AP, card precision@100, "
-                "train time, validation vs test-week calibration (ECE, with and without the prior-shift correction)",
+    "baseline": "our model vs LightGBM on the same features and split, three portfolios in two layouts (standard "
+                "14/5/7/7 days, short 7/1/7/7): AUC, AP, card precision@100, train time, per-seed differences with "
+                "LightGBM, validation vs test-week calibration (ECE, with and without the prior-shift correction)",
     "features": "one night's incremental feature table update vs a full rebuild of the dev window, and the full "
                 "rebuild vs Spark's bare two-pass shuffle+sort floor (plus the online-state fields when measured)",
     "lookback_vocabulary": "a night's lookback-cache cost (s, vocabulary ids and bytes, peak RSS) after 1 and 10 "

@@ -1,5 +1,5 @@
-"""The baseline bench's narrowing: a full run by default, $FRAUD_BENCH_BASELINE_* pick portfolios, models
-and seeds, and only the goals whose models ran are judged."""
+"""The baseline bench's narrowing: a full run by default, $FRAUD_BENCH_BASELINE_* pick portfolios, layouts,
+models and seeds, and only the goals whose models ran are judged."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from pipeline.bench.dataset import PRESETS
 
 def test_without_the_variables_a_run_covers_everything():
     selection = selection_from_env({})
-    assert selection == Selection(PRESETS, MODELS, SEEDS) and selection.full
+    assert selection == Selection(PRESETS, MODELS, SEEDS, ("standard", "short")) and selection.full
 
 
 def test_the_variables_narrow_the_run_in_the_bench_order():
@@ -29,13 +29,20 @@ def test_the_variables_narrow_the_run_in_the_bench_order():
     assert selection == Selection(("default",), ("ours", SAMPLED), (1, 3)) and not selection.full
 
 
+def test_the_layout_variable_narrows_the_layouts():
+    selection = selection_from_env({"FRAUD_BENCH_BASELINE_LAYOUTS": "short"})
+    assert selection.layouts == ("short",) and selection.portfolios == PRESETS and not selection.full
+    with pytest.raises(SelectionError, match="FRAUD_BENCH_BASELINE_LAYOUTS.*standard, short"):
+        selection_from_env({"FRAUD_BENCH_BASELINE_LAYOUTS": "long"})
+
+
 def test_an_unknown_name_is_refused_with_the_choices():
     with pytest.raises(SelectionError, match="FRAUD_BENCH_BASELINE_MODELS.*lightgbm"):
         selection_from_env({"FRAUD_BENCH_BASELINE_MODELS": "ours,xgboost"})
 
 
 def _figures(auc: float, ap: float, ece: float, train_s: float) -> dict[str, float]:
-    return {"auc_roc": auc, "average_precision": ap, "ece": ece, "ece_test_prior_corrected": ece, "train_s": train_s,
+    return {"auc_roc": auc, "average_precision": ap, "ece_test": ece, "ece_test_prior_corrected": ece, "train_s": train_s,
             "card_precision_at_100": 0.5}
 
 
