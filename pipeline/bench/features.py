@@ -50,7 +50,8 @@ import pandas as pd
 from pyspark.sql import functions as F
 
 from pipeline.bench import online_features
-from pipeline.bench.ingest import PeakRss, bench_ingest_config
+from pipeline.bench.ingest import bench_ingest_config
+from pipeline.bench.process_rss import PeakRss
 from pipeline.contract import Kind
 from pipeline.datasets.feature_table import FeatureTable
 from pipeline.features.arrow_kernel import PAYMENT_COLUMNS

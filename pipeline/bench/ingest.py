@@ -26,17 +26,16 @@ import random
 import shutil
 import statistics
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-import psutil
 import pyarrow as pa
 from confluent_kafka import Consumer, TopicPartition
 
 from pipeline.bench.online_features import percentiles, time_payment
+from pipeline.bench.process_rss import PeakRss
 from pipeline.contract import Kind
 from pipeline.features.frame import epoch_micros
 from pipeline.features.online import OnlineFeatureState, Payment
@@ -57,35 +56,6 @@ from pipeline.kafka.settings import KafkaConfig
 from pipeline.simulation import SimulationConfig, simulate
 
 PARTITIONS = 4
-
-
-class PeakRss:
-    """Peak resident memory of this process and all its children (JVM, Python workers), sampled."""
-
-    def __init__(self, interval_s: float = 0.2) -> None:
-        self.peak_mb = 0.0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, args=(interval_s,), daemon=True)
-
-    def _sample(self, interval_s: float) -> None:
-        me = psutil.Process()
-        while not self._stop.is_set():
-            total = 0
-            for p in [me, *me.children(recursive=True)]:
-                try:
-                    total += p.memory_info().rss
-                except psutil.Error:
-                    pass
-            self.peak_mb = max(self.peak_mb, total / 2**20)
-            self._stop.wait(interval_s)
-
-    def __enter__(self) -> PeakRss:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 def baseline_drain(kafka: KafkaConfig, topic: str) -> tuple[int, float]:

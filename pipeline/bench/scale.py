@@ -19,7 +19,7 @@ one run; then, for each size:
    sizes up to :data:`LOCAL_MAX_MULTIPLE` (beyond, it would hold the whole lookback in one process: ~1.2
    kB a payment).
 
-Peak RSS is sampled every :data:`SAMPLE_S` over the child's process tree and split by process: the
+Peak RSS is sampled (:mod:`pipeline.bench.process_rss`) over the child's process tree and split by process: the
 driver (the Python process and its JVM) and each executor (its JVM and the Python workers it forks).
 ``s_per_million`` is the night's seconds (the update call, not the session start) per million payments
 of ``D``; shuffle bytes are Spark's own count (the driver's status store) for the night's jobs.
@@ -37,18 +37,16 @@ import json
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date, timedelta
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import psutil
 import pyarrow.parquet as pq
 
+from pipeline.bench.process_rss import TreePeaks
 from pipeline.contract import Kind
 from pipeline.datasets.feature_table import FeatureTable
 from pipeline.datasets.manifest import DateWindow
@@ -70,8 +68,6 @@ NIGHT = START + timedelta(days=fd.LOOKBACK_DAYS)  # D: the lookback's 30 days co
 MASTER = "local-cluster[2,1,1024]"
 EXECUTOR_MEMORY_MB = 1024  # the local-cluster spec's executor memory (JVM heap)
 EXECUTOR_OVERHEAD_MB = 1536  # off-heap and the Python workers: the rest of an executor's budget
-SAMPLE_S = 0.2
-MB = 2**20
 DRIVER_RSS_GROWTH_GOAL = 1.2
 S_PER_MILLION_GROWTH_GOAL = 1.3
 
@@ -129,86 +125,7 @@ def night_plan() -> DatasetPlan:
     return DatasetPlan(NIGHT, {"train": day, "test": day})
 
 
-# ---- peak RSS per process ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ProcessSample:
-    pid: int
-    ppid: int
-    cmdline: str
-    rss: int
-
-
-EXECUTOR_MARK = "CoarseGrainedExecutorBackend"
-
-
-def rss_by_role(root: int, processes: Iterable[ProcessSample]) -> dict[str, int]:
-    """One sample's resident bytes by role: ``driver_python`` (``root``), ``driver_jvm`` (every other
-    process not under an executor: the driver's JVM, with the local cluster's master and workers in it)
-    and ``executor:<pid>`` per executor JVM with the Python workers it forked."""
-    by_pid = {p.pid: p for p in processes}
-
-    def role(p: ProcessSample) -> str:
-        if p.pid == root:
-            return "driver_python"
-        at: ProcessSample | None = p
-        while at is not None and at.pid != root:
-            if EXECUTOR_MARK in at.cmdline:
-                return f"executor:{at.pid}"
-            at = by_pid.get(at.ppid)
-        return "driver_jvm"
-
-    out: dict[str, int] = {}
-    for p in by_pid.values():
-        out[role(p)] = out.get(role(p), 0) + p.rss
-    return out
-
-
-class TreePeaks:
-    """Peak RSS per role (:func:`rss_by_role`) of a process tree, sampled in a thread."""
-
-    def __init__(self, root: int, interval_s: float = SAMPLE_S) -> None:
-        self.root = root
-        self.peaks: dict[str, int] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(interval_s,), daemon=True)
-
-    def _samples(self) -> list[ProcessSample]:
-        try:
-            top = psutil.Process(self.root)
-            tree = [top, *top.children(recursive=True)]
-        except psutil.Error:
-            return []
-        out = []
-        for p in tree:
-            try:
-                out.append(ProcessSample(p.pid, p.ppid(), " ".join(p.cmdline()), p.memory_info().rss))
-            except psutil.Error:
-                pass  # ended between the listing and the read
-        return out
-
-    def _run(self, interval_s: float) -> None:
-        while not self._stop.is_set():
-            roles = rss_by_role(self.root, self._samples())
-            roles["driver"] = roles.get("driver_python", 0) + roles.get("driver_jvm", 0)
-            for name, rss in roles.items():
-                self.peaks[name] = max(self.peaks.get(name, 0), rss)
-            self._stop.wait(interval_s)
-
-    def __enter__(self) -> TreePeaks:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def mb(self, role: str) -> float:
-        return round(self.peaks.get(role, 0) / MB, 1)
-
-    def executor_mb(self) -> list[float]:
-        return sorted((round(v / MB, 1) for k, v in self.peaks.items() if k.startswith("executor:")), reverse=True)
+# ---- one phase in its own process ----------------------------------------------------------------
 
 
 def run_child(args: list[str]) -> tuple[dict, TreePeaks]:
