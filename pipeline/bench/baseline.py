@@ -201,7 +201,8 @@ def train_ours(portfolio: BenchPortfolio, workdir: Path, seed: int, quick: bool,
         "model": BENCH_MODEL,
         "data": {"negative_sample_rate": negative_sample_rate},
         "checkpoint": {"every_steps": 1_000_000},
-        # Validation AP peaks by epoch 6-9 on these portfolios; patience 3 stops a run soon after.
+        # Validation AP peaks by epoch 6-9 on these portfolios; patience 3 stops a run soon after (conf/dev's
+        # min_epochs applies: no pick or stop before it).
         "loop": {"seed": seed, "epochs": 3 if quick else 10, "early_stop_patience": 3, "log_every": 100,
                  "threads_per_rank": 1, **({"sampled_epochs": 3} if quick else {})},
     }
@@ -219,6 +220,7 @@ def ours_scores(portfolio: BenchPortfolio, splits: dict[str, pd.DataFrame], work
     run, summary = train_ours(portfolio, workdir, seed, quick, negative_sample_rate)
     return Scored(score_frame(run, portfolio.data.holdout.frame), score_frame(run, splits["validation"]),
                   summary.wall_s, {"epochs": summary.epochs, "best_epoch": summary.best_epoch,
+                                   "validation_ap_by_epoch": [e["average_precision"] for e in run.read_epochs()],
                                    **blend_figures(summary.blend)})
 
 

@@ -48,6 +48,7 @@ from pipeline.training.distributed import (
     log_rank0,
     no_forward_buffer_sync,
 )
+from pipeline.training.early_stopping import judge_validation
 from pipeline.training.evaluate import gather_scored, score_split, split_metrics
 from pipeline.training.finalize import TrainingOutcome, finalize_run
 from pipeline.training.loss import make_loss
@@ -315,16 +316,15 @@ class Trainer:
                                                self.env.rank, self.env.world_size, self.env.device))
         metrics = split_metrics(scored, self.loss_fn)
         ap = metrics["average_precision"]
-        improved = self.state.best_step < 0 or (
-            not math.isnan(ap) and ap > self.state.best_ap + self.config.loop.early_stop_min_delta)
+        verdict = judge_validation(ap, epoch, self._finished(), self.state.best_ap if self.state.best_step >= 0 else None,
+                                   self.state.epochs_without_improvement, self.config.loop)
+        improved = verdict.improved
         if improved:
             self.state.best_ap = ap if not math.isnan(ap) else -math.inf
             self.state.best_step, self.state.best_epoch = self.state.global_step, epoch
             self.state.best_metrics = metrics
-            self.state.epochs_without_improvement = 0
-        else:
-            self.state.epochs_without_improvement += 1
-            self.state.stopped_early = self.state.epochs_without_improvement >= self.config.loop.early_stop_patience
+        self.state.epochs_without_improvement = verdict.epochs_without_improvement
+        self.state.stopped_early = verdict.stop
         if self.env.is_rank0:
             self.progress.finish()
             self.files.append_epoch({"epoch": epoch, "step": self.state.global_step, **metrics,
@@ -332,7 +332,9 @@ class Trainer:
                                      "time": time.time()})
             log_rank0(f"epoch {epoch}: val_loss {metrics['val_loss']:.4f} auc {metrics['auc_roc']:.4f} "
                       f"ap {ap:.4f} card_precision@100 {metrics['card_precision_at_100']:.3f}"
-                      + (" (best)" if improved else "") + (" -> early stop" if self.state.stopped_early else ""))
+                      + (" (best)" if improved else "")
+                      + ("" if verdict.eligible else f" (before loop.min_epochs {self.config.loop.min_epochs})")
+                      + (" -> early stop" if self.state.stopped_early else ""))
         return improved
 
     def _save(self, epoch: int, is_best: bool) -> None:
