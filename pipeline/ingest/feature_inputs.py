@@ -113,7 +113,7 @@ def fraud_reports(store: RawStore, plan: DatasetPlan, params: FeatureParams, cac
     ids, reported = _first_fraud_reports(store, plan, params, cache)
     build_missing_index(store)
     hashes = transaction_id_hashes(ids)
-    found = store.id_index(Kind.TRANSACTION).lookup(hashes)
+    found = store.id_index(Kind.TRANSACTION).lookup(hashes, keep_mapped=False)  # once a night, in a long-lived driver
     first_day, last_day = ((d - EPOCH).days for d in (plan.label_match_start(params), plan.last_date))
     visible = found.found & (found.days >= first_day) & (found.days <= last_day)
     day = np.where(visible, found.days, NOWHERE).astype(np.int64)

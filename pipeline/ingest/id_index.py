@@ -170,9 +170,9 @@ class IdIndex:
     def _bucket_path(self, segment: str, bucket: int) -> Path:
         return self.root / segment / f"bucket-{bucket:02d}.npy"
 
-    def _load(self, segment: str, bucket: int) -> np.ndarray:
+    def _load(self, segment: str, bucket: int, keep_mapped: bool = True) -> np.ndarray:
         key = (segment, bucket)
-        if key not in self._mapped:
+        if key not in self._mapped or not keep_mapped:
             path = self._bucket_path(segment, bucket)
             bucket_rows = np.load(path, mmap_mode="r")
             if bucket_rows.ndim != 2 or bucket_rows.shape[0] != _ROWS or bucket_rows.dtype != np.uint64:
@@ -181,11 +181,18 @@ class IdIndex:
                     f"({_ROWS} uint64 rows): the index was written by another version. Delete the raw store's "
                     f"{INDEX_DIR}/ directory and the 'index' entry of its _state/offsets.json; the next ingest "
                     f"rebuilds the index from the committed files")
+            if not keep_mapped:
+                return bucket_rows
             self._mapped[key] = bucket_rows
         return self._mapped[key]
 
-    def lookup(self, ids: np.ndarray) -> Matches:
-        """Which of ``ids`` (:data:`IDENTITY` hashes) the live segments hold, and their entries."""
+    def lookup(self, ids: np.ndarray, keep_mapped: bool = True) -> Matches:
+        """Which of ``ids`` (:data:`IDENTITY` hashes) the live segments hold, and their entries.
+
+        ``keep_mapped``: keep every bucket mapped for the next call (a read task looks up batch after
+        batch). A one-shot lookup in a long-lived process (the night's fraud reports, on the driver)
+        passes False: each bucket is unmapped once searched, so the process holds the pages of at most
+        one bucket (a sixteenth of the touched index) instead of every page it touched."""
         n = len(ids)
         found = np.zeros(n, bool)
         contents, days, runs = np.zeros(n, np.uint64), np.zeros(n, np.int32), np.zeros(n, np.int32)
@@ -199,7 +206,7 @@ class IdIndex:
             if lo == hi:
                 continue
             for segment in self.segments:
-                stored = self._load(segment, bucket)
+                stored = self._load(segment, bucket, keep_mapped)
                 at = _find(stored, sorted_h1[lo:hi], sorted_h2[lo:hi])
                 hit = (at >= 0) & ~found[order[lo:hi]]
                 rows = order[lo:hi][hit]

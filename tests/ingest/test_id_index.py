@@ -109,3 +109,26 @@ def test_a_bucket_of_the_64_bit_format_is_refused_with_what_to_do(tmp_path):
         np.save(bucket, np.zeros((3, 1), np.uint64))
     with pytest.raises(IndexFormatError, match="offsets.json.*rebuilds the index"):
         IdIndex(tmp_path, live).lookup(identities([1]))
+
+
+def _mapped_index_files(root) -> set[str]:
+    """Files under ``root`` this process has memory-mapped now (Linux /proc/self/maps)."""
+    with open("/proc/self/maps") as maps:
+        return {line.split()[-1] for line in maps if str(root) in line}
+
+
+def test_a_one_shot_lookup_unmaps_each_bucket_and_finds_the_same(tmp_path):
+    """The driver's fraud-report lookup must not keep every touched index page resident (bench scale's
+    driver memory grew with the index): keep_mapped=False leaves no bucket mapped, and matches as a read
+    task's cached lookup does."""
+    stored = spread(20_000, 3)
+    live = IdIndex(tmp_path, []).with_run(0, entries(stored, run=0))
+    wanted = np.concatenate([stored[::3], spread(500, 4)])
+    one_shot = IdIndex(tmp_path, live).lookup(wanted, keep_mapped=False)
+    assert _mapped_index_files(tmp_path) == set()
+    cached_index = IdIndex(tmp_path, live)
+    cached = cached_index.lookup(wanted)
+    assert len(_mapped_index_files(tmp_path)) == 16  # one per bucket, held for the task's next batch
+    for field in ("found", "contents", "days", "runs"):
+        assert (getattr(one_shot, field) == getattr(cached, field)).all()
+    assert one_shot.found.sum() == len(stored[::3])
