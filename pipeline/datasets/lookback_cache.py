@@ -9,6 +9,7 @@ Layout under the feature table's ``_lookback/`` (:meth:`pipeline.datasets.featur
 
     ids.arrow                 # the id vocabulary (IdVocabulary) of card, merchant and country ids
     date=YYYY-MM-DD.arrow     # the date's payments (CODED_SCHEMA), in time order
+    history.arrow             # a lookback's payments sorted per key (HISTORY_SCHEMA)
     frauds.arrow              # the fraud reports of each report date (FRAUD_SCHEMA)
     fraud_payments.arrow      # the payments fraud reports were matched to (MATCHED_SCHEMA)
     .<name>.tmp-<pid>         # a file being written (a killed write leaves only this)
@@ -17,6 +18,16 @@ The two fraud files spare a night what grows with history rather than with the n
 some sixty days of label files, and matching that window's reports against the payments of every
 date they name (a string probe per payment, ~1M payments on the dev layout). With them a night
 reads the new report date's files and matches only the reports it has not matched before.
+
+The history file carries the kernel's sort from night to night: the payments of a run of dates,
+sorted by (card, time) and, in two more columns, by (merchant, time). A night takes from it the
+dates of its lookback it holds, merges in (linear) the few later dates from their date files and
+its own new date, and only every few nights stores the merged result as the new history
+(:mod:`pipeline.ingest.block_payments`): it neither concatenates 30 date files and sorts them again
+nor writes 30 days of payments every night. It is trusted only for the dates it was made from, each
+still coded from the raw files that date has now (the same keys as the date files), and under the
+same vocabulary: a late payment on one of them, a lookback it does not reach the start of, or a
+build of earlier dates is a miss, and the build reads the date files instead.
 
 Arrow IPC files, uncompressed and memory-mapped when read: loading a date reads its footer, not its
 rows, until the kernel copies the columns it needs.
@@ -34,8 +45,8 @@ keeps the first copy of a transaction id), so a match stays right while its date
 
 Atomicity: each file is replaced in one rename (:func:`pipeline.atomic.atomic_path`): a reader sees
 the previous file or the complete new one. The vocabulary is written durably before any date file
-that uses its new codes, so no date file can outlive the codes it refers to. Date files skip the
-fsync: one lost to a power cut is a miss, never a wrong code. Writers hold the raw store's lock.
+that uses its new codes, so no date file can outlive the codes it refers to. Date and history files
+skip the fsync: one lost to a power cut is a miss, never a wrong code. Writers hold the raw store's lock.
 
 Compaction: the vocabulary only grows between compactions, and the card base turns over, so without
 them it would hold every id ever seen (each night hashing it, rewriting it, and running towards the
@@ -45,7 +56,10 @@ file with the codes remapped (the fraud reports copied as they are), in a new di
 over this one in one exchange (:func:`pipeline.atomic.staged_dir`): a reader sees the old generation
 whole or the new one whole, and a kill before the exchange leaves the old one in place (its staging
 directory, a dot-name sibling, is removed by the next :meth:`LookbackCache.discard_before`). Codes
-change, the ids they stand for do not, so the kernel's values are the same.
+change, the ids they stand for do not, so the kernel's values are the same. The history file is not
+carried over (the next night rebuilds it from the date files). Each date file records how many
+distinct codes it uses: while one of them alone uses at least the live share of the vocabulary,
+the live set is that large too, and the nightly check reads one footer instead of every file.
 """
 
 from __future__ import annotations
@@ -73,6 +87,12 @@ FRAUD_SCHEMA = pa.schema([("report_date", pa.int32()), ("transaction_id", pa.str
 # The payment a fraud report names: its date (days since 1970), merchant code and event time.
 MATCHED_SCHEMA = pa.schema([("payment_date", pa.int32()), ("transaction_id", pa.string()), ("merchant", pa.int32()),
                             ("ts_us", pa.int64())])
+# The payments of a lookback, sorted by (card, time): the card pass's history as the kernel reads it;
+# ``merchant_key``/``merchant_ts_us``: the same payments' merchant and time, sorted by (merchant, time).
+HISTORY_SCHEMA = pa.schema([("card", pa.int32()), ("merchant", pa.int32()), ("country", pa.int32()),
+                            ("ts_us", pa.int64()), ("amount", pa.float64()), ("merchant_key", pa.int32()),
+                            ("merchant_ts_us", pa.int64())])
+HISTORY_FILE = "history.arrow"
 FRAUDS_FILE = "frauds.arrow"
 MATCHED_FILE = "fraud_payments.arrow"
 _EPOCH = date(1970, 1, 1)
@@ -127,9 +147,40 @@ class LookbackCache:
     def write_date(self, day: date, key: str, vocabulary: IdVocabulary, rows: pa.Table) -> None:
         """Store ``day``'s coded payments (``CODED_SCHEMA``; codes from ``vocabulary``, which must be
         stored already) as coded from what ``key`` names."""
-        meta = {"format": CACHE_FORMAT, "key": key, "generation": vocabulary.generation, "ids": len(vocabulary)}
+        meta = {"format": CACHE_FORMAT, "key": key, "generation": vocabulary.generation, "ids": len(vocabulary),
+                "distinct": _distinct_codes(len(vocabulary), rows)}
         rows = rows.cast(CODED_SCHEMA).replace_schema_metadata({_META: json.dumps(meta)})
         _write_ipc(rows, self.date_file(day), durable=False)
+
+    def read_history(self, start: date, keys: dict[date, str],
+                     vocabulary: IdVocabulary) -> tuple[pa.Table, list[date]] | None:
+        """``(rows, later)`` when the stored sorted history (``HISTORY_SCHEMA``) can serve a lookback
+        from ``start`` over the dates of ``keys`` (those with payments, none before ``start``): it was
+        stored under ``vocabulary``'s generation (at most its length), and its dates from ``start``
+        on are exactly the dates of ``keys`` up to its own last date, at least one, each read from
+        the files its key names. ``rows`` may hold dates before ``start`` (the caller cuts them by
+        time); ``later``: the dates of ``keys`` after its last, for the caller to read from their
+        date files. None otherwise (a miss)."""
+        try:
+            table = _read_ipc(self.root / HISTORY_FILE)
+            meta = json.loads(table.schema.metadata[_META])
+            stored = {date.fromisoformat(day): key for day, key in meta["keys"].items()}
+        except (OSError, pa.ArrowInvalid, KeyError, TypeError, ValueError, AttributeError):
+            return None
+        valid = (meta.get("format") == CACHE_FORMAT and meta.get("generation") == vocabulary.generation
+                 and meta.get("ids", 1 << 62) <= len(vocabulary) and table.schema.remove_metadata().equals(HISTORY_SCHEMA))
+        held = {day: key for day, key in stored.items() if day >= start}
+        if not valid or not held or held != {day: key for day, key in keys.items() if day <= max(held)}:
+            return None
+        return table.replace_schema_metadata(None), sorted(day for day in keys if day > max(held))
+
+    def write_history(self, rows: pa.Table, keys: dict[date, str], vocabulary: IdVocabulary) -> None:
+        """Store ``rows`` (``HISTORY_SCHEMA``, codes from ``vocabulary``, stored already): the payments
+        of the dates of ``keys``, read from the files ``keys`` names; replaces what was stored."""
+        meta = {"format": CACHE_FORMAT, "keys": {day.isoformat(): key for day, key in keys.items()},
+                "generation": vocabulary.generation, "ids": len(vocabulary)}
+        _write_ipc(rows.cast(HISTORY_SCHEMA).replace_schema_metadata({_META: json.dumps(meta)}),
+                   self.root / HISTORY_FILE, durable=False)
 
     def read_frauds(self, keys: dict[date, str]) -> tuple[pa.Table, list[date]]:
         """``(rows, missing)``: the stored fraud reports (``FRAUD_SCHEMA``) of the report dates of
@@ -203,12 +254,15 @@ class LookbackCache:
         """When under ``min_live_share`` of the stored vocabulary's ids are live (:meth:`live_ids`),
         replace the cache by a new generation: the live ids only, every file of the old generation
         rewritten with its codes remapped (files of another generation, misses anyway, dropped), the
-        fraud reports copied. Returns the new vocabulary, or None when it left the cache as it was
-        (``min_live_share`` 0: never, without reading the files). Atomic (the module doc); call while
-        holding the raw store's lock."""
+        fraud reports copied, the sorted history dropped. Returns the new vocabulary, or None when it
+        left the cache as it was (``min_live_share`` 0: never, without reading the files; nor while
+        the newest date file alone uses the share: one footer read). Atomic (the module doc); call
+        while holding the raw store's lock."""
         if min_live_share <= 0 or not (self.root / VOCABULARY_FILE).is_file():
             return None
         vocabulary = self.read_vocabulary()
+        if self._one_file_live(vocabulary) >= min_live_share * len(vocabulary):
+            return None  # a lower bound of the live ids already meets the share: no file need be read
         dated, matched = self._coded_files(vocabulary)
         live = _live_mask(len(vocabulary), dated, matched)
         if live.sum() >= min_live_share * len(vocabulary):
@@ -224,6 +278,21 @@ class LookbackCache:
             if (self.root / FRAUDS_FILE).is_file():
                 shutil.copyfile(self.root / FRAUDS_FILE, staging / FRAUDS_FILE)
         return compacted
+
+    def _one_file_live(self, vocabulary: IdVocabulary) -> int:
+        """A lower bound of the live ids (:meth:`live_ids`) from the footers alone: the distinct codes
+        the newest date file valid under ``vocabulary`` records (null's included), 0 when none does."""
+        for path in sorted(self.root.glob("date=*.arrow"), reverse=True):
+            try:
+                with pa.memory_map(str(path)) as source:
+                    schema = pa.ipc.open_file(source).schema
+                meta = json.loads(schema.metadata[_META])
+            except (OSError, pa.ArrowInvalid, KeyError, TypeError, ValueError):
+                continue
+            if (meta.get("format") == CACHE_FORMAT and meta.get("generation") == vocabulary.generation
+                    and meta.get("ids", 1 << 62) <= len(vocabulary) and schema.remove_metadata().equals(CODED_SCHEMA)):
+                return int(meta.get("distinct", 0))
+        return 0
 
     def _coded_files(self, vocabulary: IdVocabulary) -> tuple[dict[date, tuple[pa.Table, str]],
                                                               tuple[pa.Table, dict[date, str]] | None]:
@@ -269,6 +338,16 @@ def _live_mask(size: int, dated: dict[date, tuple[pa.Table, str]], matched: tupl
             if name in table.column_names:
                 live[table.column(name).to_numpy()] = True
     return live
+
+
+def _distinct_codes(size: int, rows: pa.Table) -> int:
+    """How many distinct codes of a ``size``-code vocabulary ``rows``' coded columns use, null's
+    counted always (as :func:`_live_mask` does)."""
+    used = np.zeros(size, dtype=bool)
+    used[0] = True
+    for name in CODE_COLUMNS:
+        used[rows.column(name).to_numpy()] = True
+    return int(used.sum())
 
 
 def _remapped(table: pa.Table, remap: np.ndarray) -> pa.Table:

@@ -21,10 +21,11 @@ engine``), with the same kernel, into the same partitions, byte for byte (one wr
   reads its payments plus the 30-day lookback once and runs the exact numpy kernel in this process
   (:func:`arrow_kernel.feature_rows`), where a Spark job costs more than that in its shuffles alone
   on small portfolios. The lookback comes from the table's lookback cache
-  (:mod:`pipeline.ingest.block_payments`): a night reads its new date's raw files and 30 dates
-  already coded, not 31 dates of raw Parquet; the fraud reports of the new report date, not some
-  sixty dates of label files; and matches only the reports it has not matched before. Memory: one
-  block's payments (``block_days + 30`` days), in this process.
+  (:mod:`pipeline.ingest.block_payments`): a night reads its new date's raw files and merges them
+  into the 30 days it carried sorted per key from the night before, not 31 dates of raw Parquet
+  sorted again; the fraud reports of the new report date, not some sixty dates of label files; and
+  matches only the reports it has not matched before. Memory: one block's payments
+  (``block_days + 30`` days), in this process.
 * ``spark``: every stale date in one Spark job (:mod:`pipeline.ingest.feature_update_spark`):
   executors read the raw files, run the kernel (hot keys split in time chunks, ``hot_key_rows``)
   and write each date's file into a staging directory; this process holds only metadata (file
@@ -58,7 +59,7 @@ from pipeline.contract import Kind
 from pipeline.datasets.feature_table import FeatureTable
 from pipeline.datasets.lookback_cache import LookbackCache
 from pipeline.features import definitions as fd
-from pipeline.features.arrow_kernel import feature_rows
+from pipeline.features.arrow_kernel import sorted_feature_rows
 from pipeline.features.kernel import US_PER_DAY
 from pipeline.features.params import FeatureParams
 from pipeline.ingest.block_payments import fraud_payments, read_block_payments
@@ -174,7 +175,7 @@ def compute_block(store: RawStore, cache: LookbackCache, files: dict[date, list[
     named = fraud_payments(store, cache, files, payments, reports.transaction_id.take(pa.array(picked, pa.int64())),
                            reports.day[picked])
     known = fraud_known(reports, picked, named, params)
-    rows = feature_rows(payments.coded(), known, payments.own_rows(), payments.rows)
+    rows = sorted_feature_rows(payments.history, known, payments.own, payments.rows)
     row_days = pc.cast(rows.column("event_date"), pa.int32()).to_numpy()
     return {day: rows.filter(pa.array(row_days == (day - EPOCH).days)) for day in days}
 

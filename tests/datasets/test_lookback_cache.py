@@ -1,7 +1,9 @@
 """The lookback cache and its id vocabulary: codes never move once given (but in a compaction, which
 starts a new generation and rewrites every cached file to the same ids), a date file is trusted only
-for the raw files and vocabulary it was coded with, a killed write or compaction publishes nothing,
-and the vocabulary stays within a small multiple of the live ids however often the card base turns over."""
+for the raw files and vocabulary it was coded with, the sorted history only for exactly the dates
+and raw files it was made from, a killed write or compaction publishes nothing, the nightly
+compaction check reads one footer while one date alone keeps the share live, and the vocabulary
+stays within a small multiple of the live ids however often the card base turns over."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from pipeline.datasets.lookback_cache import (
     CODED_SCHEMA,
     FRAUD_SCHEMA,
     FRAUDS_FILE,
+    HISTORY_SCHEMA,
     MATCHED_SCHEMA,
     LookbackCache,
 )
@@ -240,3 +243,78 @@ def test_coding_several_columns_at_once_equals_coding_them_in_turn():
         in_turn.append(codes)
     assert [c.tolist() for c in together] == [c.tolist() for c in in_turn]
     assert grown.values.equals(step.values) and grown.generation == vocabulary.generation
+
+
+def history_rows(n: int) -> pa.Table:
+    codes = pa.array(np.arange(n, dtype=np.int32) % 3)
+    times = pa.array(np.arange(n, dtype=np.int64))
+    return pa.Table.from_arrays([codes, codes, codes, times, pa.array(np.ones(n)), codes, times], schema=HISTORY_SCHEMA)
+
+
+def test_the_sorted_history_serves_a_lookback_only_from_its_dates_raw_files_and_vocabulary(tmp_path):
+    cache, vocabulary = LookbackCache(tmp_path), IdVocabulary.start().code(pa.array(["a", "b"]))[1]
+    cache.write_vocabulary(vocabulary)
+    d1, d2, d3, d4 = (date(2026, 2, day) for day in (3, 4, 5, 6))
+    cache.write_history(history_rows(6), {d1: "raw-1", d2: "raw-2"}, vocabulary)
+
+    def served(start, keys, vocab=vocabulary):
+        found = cache.read_history(start, keys, vocab)
+        return found and (found[0].equals(history_rows(6)), found[1])
+
+    assert served(d1, {d1: "raw-1", d2: "raw-2"}) == (True, [])
+    assert served(d1, {d1: "raw-1", d2: "raw-2", d3: "raw-3", d4: "raw-4"}) == (True, [d3, d4])  # read those
+    assert served(d2, {d2: "raw-2", d3: "raw-3"}) == (True, [d3])  # 02-03 is older: cut by the caller
+    assert served(d1, {d1: "raw-1", d2: "raw-2"}, vocabulary.code(pa.array(["c"]))[1]) == (True, [])
+    assert served(d1, {d1: "raw-1", d2: "raw-9", d3: "raw-3"}) is None  # a late payment on 02-04
+    assert served(d1, {d2: "raw-2"}) is None  # 02-03 has no payments now: the history holds some
+    assert served(date(2026, 2, 2), {date(2026, 2, 2): "raw-0", d1: "raw-1", d2: "raw-2"}) is None  # starts later
+    assert served(d1, {d1: "raw-1"}) is None  # holds 02-04, after this lookback: a build of earlier dates
+    assert served(d3, {d3: "raw-3"}) is None  # holds nothing of this lookback
+    assert served(d1, {d1: "raw-1", d2: "raw-2"}, IdVocabulary.start()) is None  # another generation
+    assert served(d1, {d1: "raw-1", d2: "raw-2"}, IdVocabulary(vocabulary.generation, vocabulary.values.slice(0, 2))) is None
+    cache.write_date(d1, "raw-1", vocabulary, coded_rows(2, vocabulary))
+    compacted = cache.compact(min_live_share=1.0)  # a new generation: the history is not carried over
+    assert compacted is not None and cache.read_history(d1, {d1: "raw-1", d2: "raw-2"}, compacted) is None
+
+
+def test_the_compaction_check_reads_no_date_file_while_the_newest_alone_uses_the_live_share(tmp_path, monkeypatch):
+    cache = LookbackCache(tmp_path)
+    vocabulary = IdVocabulary.start().code(pa.array([f"id-{i}" for i in range(10)]))[1]  # 11 codes
+    cache.write_vocabulary(vocabulary)
+    cache.write_date(date(2026, 2, 1), "k", vocabulary, coded_rows(1, vocabulary))  # older: null only
+    cache.write_date(DAY, "k", vocabulary, coded_rows(6, vocabulary))  # 6 distinct codes >= 11 / 2
+
+    def read_every_file(self, vocabulary):
+        raise AssertionError("the check read every date file")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(LookbackCache, "_coded_files", read_every_file)
+        assert cache.compact(min_live_share=0.5) is None
+        with pytest.raises(AssertionError, match="read every date file"):
+            cache.compact(min_live_share=0.6)  # 6 < 6.6: only reading every file can tell
+    many_rows_one_id = pa.Table.from_arrays(  # 40 rows, 2 distinct codes (null's and one id's)
+        [pa.array([f"tx-{i}" for i in range(40)]), *[pa.array(np.ones(40, np.int32))] * 3,
+         pa.array(np.arange(40, dtype=np.int64)), pa.array(np.ones(40))], schema=CODED_SCHEMA)
+    cache.date_file(DAY).unlink()
+    cache.write_date(date(2026, 2, 5), "k", vocabulary, many_rows_one_id)  # the newest: 40 rows, 2 of 11 codes
+    compacted = cache.compact(min_live_share=0.5)
+    assert compacted is not None and len(compacted) == 2  # null and the one id
+
+
+def test_a_history_write_killed_midway_leaves_the_previous_history_serving(tmp_path, monkeypatch):
+    cache, vocabulary = LookbackCache(tmp_path), IdVocabulary.start().code(pa.array(["a", "b"]))[1]
+    cache.write_vocabulary(vocabulary)
+    cache.write_history(history_rows(6), {DAY: "raw-1"}, vocabulary)
+
+    class Killed(pa.ipc.RecordBatchFileWriter):
+        def write_table(self, table, max_chunksize=None):
+            super().write_table(table.slice(0, 1))  # a row is on disk, then the kill
+            raise KeyboardInterrupt("killed while storing the history")
+
+    monkeypatch.setattr(lookback_cache_module.pa.ipc, "new_file", Killed)
+    with pytest.raises(KeyboardInterrupt):
+        cache.write_history(history_rows(9), {date(2026, 2, 4): "raw-2"}, vocabulary)
+    monkeypatch.undo()
+    rows, later = cache.read_history(DAY, {DAY: "raw-1", date(2026, 2, 4): "raw-2"}, vocabulary)
+    assert rows.equals(history_rows(6)) and later == [date(2026, 2, 4)]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]

@@ -1,5 +1,6 @@
 """The feature table's kernel pass (a few queries against a long coded history) against the
-whole-history pass Spark runs: the same values, whatever integers code the ids."""
+whole-history pass Spark runs: the same values, whatever integers code the ids, and whether the
+history was sorted afresh or carried from the night before with the new day merged in."""
 
 from __future__ import annotations
 
@@ -7,7 +8,15 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from pipeline.features.arrow_kernel import CodedPayments, feature_rows, key_time_order
+from pipeline.features.arrow_kernel import (
+    CodedPayments,
+    SortedPayments,
+    feature_rows,
+    key_time_order,
+    merge_sorted,
+    sort_payments,
+    sorted_feature_rows,
+)
 from pipeline.features.kernel import US_PER_DAY, CardEvents, KeyedTimes, card_features, merchant_features
 
 T0 = 1_768_003_200_000_000  # 2026-01-10T00:00:00Z
@@ -80,3 +89,51 @@ def test_key_time_order_sorts_by_key_then_time_whichever_sort_it_takes():
         assert sorted(order.tolist()) == list(range(500))
         assert np.all(np.diff(key[order]) >= 0)
         assert np.all(np.diff(ts[order])[np.diff(key[order]) == 0] >= 0)
+
+
+def _rows(p: CodedPayments, rows: np.ndarray) -> CodedPayments:
+    return CodedPayments(p.card[rows], p.merchant[rows], p.country[rows], p.ts_us[rows], p.amount[rows])
+
+
+def _as_rows(p: SortedPayments) -> tuple[list, list]:
+    """The payments of both orders as sorted row lists (what they hold, whatever their ties' order)."""
+    c, m = p.by_card, p.by_merchant
+    by_card = zip(c.card.tolist(), c.ts_us.tolist(), c.merchant.tolist(), c.country.tolist(), c.amount.tolist(),
+                  strict=True)
+    return sorted(by_card), sorted(zip(m.key.tolist(), m.ts_us.tolist(), strict=True))
+
+
+def _assert_sorted(p: SortedPayments) -> None:
+    for key, ts in ((p.by_card.card, p.by_card.ts_us), (p.by_merchant.key, p.by_merchant.ts_us)):
+        assert np.all(np.diff(key) >= 0) and np.all(np.diff(ts)[np.diff(key) == 0] >= 0)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_carried_history_with_the_new_day_merged_gives_the_features_of_one_sorted_afresh(seed):
+    h, fraud = history(seed, time_ordered=True)
+    new_day = h.ts_us >= T0 + 30 * US_PER_DAY
+    wanted = np.flatnonzero(new_day)
+    carried = sort_payments(_rows(h, np.flatnonzero(~new_day)))  # last night's, stored sorted
+    merged = merge_sorted(carried, sort_payments(_rows(h, wanted)))
+    _assert_sorted(merged)
+    assert _as_rows(merged) == _as_rows(sort_payments(h))
+    rows = sorted_feature_rows(merged, fraud, _rows(h, wanted), raw_rows(h, wanted))
+    assert rows.equals(feature_rows(h, fraud, wanted, raw_rows(h, wanted)))
+    for name, values in whole_history_pass(h, fraud).items():
+        np.testing.assert_array_equal(rows.column(name).to_numpy(), values[wanted], err_msg=name)
+    kept = merged.since(T0 + US_PER_DAY)  # the next night's: the oldest day dropped, both orders kept
+    _assert_sorted(kept)
+    assert _as_rows(kept) == _as_rows(sort_payments(_rows(h, np.flatnonzero(h.ts_us >= T0 + US_PER_DAY))))
+
+
+def test_merging_places_each_new_payment_by_key_then_time_whatever_the_codes():
+    rng = np.random.default_rng(5)
+    for top in (40, 2**31 - 1):  # small codes: one int64 axis; codes of a huge vocabulary: a lexsort
+        card = rng.integers(0, top, 600)
+        card[:300] = card[300:]  # every key in both parts
+        ts = T0 + rng.integers(0, 31 * 24 * 60, 600) * MINUTE
+        ts[300:310] = ts[:10]  # same key, same instant, across the two parts
+        p = CodedPayments(card, card % 7, card % 3, ts, rng.random(600))
+        merged = merge_sorted(sort_payments(_rows(p, np.arange(300))), sort_payments(_rows(p, np.arange(300, 600))))
+        _assert_sorted(merged)
+        assert _as_rows(merged) == _as_rows(sort_payments(p))
