@@ -24,8 +24,8 @@ week (the holdout every model is judged on):
   feature whose loss hurts validation recall at the budget most: the worst broken pipeline once the
   review threshold follows the scores), decided as served and judged day by day
   by the monitor's rules (:mod:`pipeline.monitoring.history`, conf/dev's monitoring.toml: recall at
-  the operating points against the expectation, and served features against a training sample,
-  ``stuck_feature_share``): the first test day reported ``degraded``; the healthy champion's days
+  the operating points against the expectation, the fraud cards that got past the model against the
+  validation split's rate, and served features against a training sample, ``stuck_feature_share``): the first test day reported ``degraded``; the healthy champion's days
   beside it (``false_alarm_days`` of ``healthy_days``). This fault is the one the stuck-feature rule
   was written for: detection on day 1 is true by construction, so it is a check, not the measure;
 * ``degradations``: the measure. Faults the rules were not written for (:mod:`pipeline.bench.degradations`:
@@ -38,11 +38,15 @@ week (the holdout every model is judged on):
   that simulates every pattern (highrisk) gets its new pattern from a second portfolio, the preset
   without its smallest pattern, and a second model trained on it (the detail names that portfolio):
   one more portfolio build and training run for that preset.
+
+``$FRAUD_BENCH_DECISIONS_PRESETS`` (comma-separated, e.g. ``ecommerce,highrisk``) narrows a run to those
+presets; the result records which ran.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import tempfile
 from dataclasses import dataclass
 from datetime import date
@@ -88,6 +92,7 @@ from pipeline.monitoring.history import (
     judge_day,
     version_state,
 )
+from pipeline.monitoring.missed_frauds import MissedFraudReference, missed_fraud_reference, missed_frauds
 from pipeline.paths import state_dir
 from pipeline.serving.config import DecisionConfig, load_serving_config
 from pipeline.simulation.windows import Window, labels_published_on, simulate_window
@@ -99,6 +104,17 @@ STUCK_CANDIDATE_ROWS = 40_000  # validation rows each candidate stuck feature is
 DETECTION_DAYS_GOAL = 3  # a degradation is reported degraded within this many days of its first labels maturing
 FALSE_ALARM_DAYS_GOAL = 1  # days of the healthy week reported degraded, at most
 SERVED_BATCH = 64  # payments decided at one threshold (a /score/batch call, or the feed's batch)
+PRESETS_ENV = "FRAUD_BENCH_DECISIONS_PRESETS"  # comma-separated presets to run (all when unset)
+
+
+def selected_presets(value: str | None) -> tuple[str, ...]:
+    """The presets ``$FRAUD_BENCH_DECISIONS_PRESETS`` names, in :data:`PRESETS` order (all when unset or
+    empty). Raises ValueError naming an unknown preset."""
+    names = {n.strip() for n in (value or "").split(",") if n.strip()}
+    unknown = sorted(names - set(PRESETS))
+    if unknown:
+        raise ValueError(f"${PRESETS_ENV} names unknown presets {', '.join(unknown)}: choose from {', '.join(PRESETS)}")
+    return tuple(p for p in PRESETS if not names or p in names)
 
 
 def _relative_change(before: float, after: float) -> float | None:
@@ -155,8 +171,16 @@ def _stuck_feature(run: RunDir, validation: pd.DataFrame, train: pd.DataFrame, f
     return worst, float(train[worst].median())
 
 
+@dataclass(frozen=True)
+class _ValidationReference:
+    """What the live monitor reads from a version's validation scores (pipeline.monitoring.sources)."""
+
+    ranking: RankingExpectation | None
+    missed: MissedFraudReference
+
+
 def _monitored_days(frame: pd.DataFrame, scores: np.ndarray, flagged: np.ndarray, expected: float,
-                    expected_ranking: RankingExpectation | None, config: MonitoringConfig, training: dict[str, np.ndarray],
+                    validation: _ValidationReference, config: MonitoringConfig, training: dict[str, np.ndarray],
                     categorical: set[str]) -> list[dict[str, Any]]:
     """The monitor's judgement of each test day, in order (its per-version history as it accumulates),
     of the payments as they were scored and flagged when served, their served features against
@@ -171,18 +195,22 @@ def _monitored_days(frame: pd.DataFrame, scores: np.ndarray, flagged: np.ndarray
         recall = float((flagged[rows] & labels[rows]).sum() / frauds) if frauds else None
         served = {n: frame.loc[rows, n].to_numpy(np.float64) for n in training}
         drift = feature_psi(training, served, categorical, config.feature_bins)
-        ranking = day_ranking(labels[rows], scores[rows], frame.loc[rows, "card_id"].to_numpy(), expected_ranking,
-                              config.confidence)
+        cards = frame.loc[rows, "card_id"].to_numpy()
+        expected_ranking = validation.ranking
+        ranking = day_ranking(labels[rows], scores[rows], cards, expected_ranking, config.confidence)
+        missed = missed_frauds(labels[rows], flagged[rows], cards, validation.missed, config.confidence)
         entry = judge_day(day, frauds, recall, expected, config,
                           broken_inputs(training, served, config.stuck_feature_share, config.segment_features,
                                         config.segment_kept),
                           out_of_range_features(training, served, config.range_features, config.out_of_range_share),
-                          ranking, expected_ranking.auc if expected_ranking else None)
+                          ranking, expected_ranking.auc if expected_ranking else None, missed)
         history.append(entry)
         streak = days_below_in_a_row(history, day)
         top = max(drift, key=drift.get)
         out.append({"date": day.isoformat(), "frauds": frauds, "recall": recall, "recall_upper": entry.recall_upper,
                     "auc": entry.auc, "auc_upper": entry.auc_upper, "auc_floor": entry.auc_floor,
+                    "missed_fraud_cards": entry.missed_fraud_cards, "missed_fraud_ratio": entry.missed_fraud_ratio,
+                    "missed_fraud_ratio_lower": entry.missed_fraud_ratio_lower,
                     "review_rate": float(flagged[rows].mean()), "broken_features": list(entry.broken_features),
                     "out_of_range_features": list(entry.out_of_range_features),
                     "feature_psi_max": [top, drift[top]], "state": version_state(entry, streak, config),
@@ -363,14 +391,14 @@ def _monitored(portfolio: BenchPortfolio, splits: dict[str, pd.DataFrame], score
     frame = holdout.frame.assign(label=holdout.labels)
     training = _training_sample(splits["train"], manifest, monitoring)
     categorical = set(manifest.categorical_features)
-    expected_ranking = _validation_ranking(run, splits["validation"], manifest)
+    validation = _validation_reference(run, splits["validation"], manifest, scored.ours_points)
     healthy_days = _monitored_days(frame, scored.ours, _served_flags(frame, scored.ours, scored.ours_points, tracking)[0],
-                                   expected, expected_ranking, monitoring, training, categorical)
+                                   expected, validation, monitoring, training, categorical)
     degraded_days = _monitored_days(frame.assign(**{stuck_name: stuck_value}), stuck_scores,
                                     _served_flags(frame, stuck_scores, scored.ours_points, tracking)[0], expected,
-                                    expected_ranking, monitoring, training, categorical)
+                                    validation, monitoring, training, categorical)
     first_matured = next((i + 1 for i, d in enumerate(degraded_days) if d["state"] != "insufficient_evidence"), None)
-    judge = _judge(run, scored.ours_points, expected_ranking, training, categorical, monitoring, tracking)
+    judge = _judge(run, scored.ours_points, validation, training, categorical, monitoring, tracking)
     week = _live_week(portfolio, quick, frame)
     withheld = (_withheld_pattern_fault(portfolio, quick, workdir, monitoring, tracking)
                 if week is not None and absent_pattern(week.config) is None else None)
@@ -384,21 +412,25 @@ def _training_sample(train: pd.DataFrame, manifest, monitoring: MonitoringConfig
     return {n: sample[n].to_numpy(np.float64) for n in [*manifest.numeric_features, *manifest.categorical_features]}
 
 
-def _validation_ranking(run: RunDir, validation: pd.DataFrame, manifest) -> RankingExpectation | None:
-    """What the monitor expects a day's ranking of its frauds to reach: the version's validation split's
-    AUC and the spread of its days (:func:`ranking_expectation`, as the live monitor reads it)."""
-    return ranking_expectation(validation[manifest.label_column].to_numpy(), score_frame(run, validation),
-                               validation["event_time"].to_numpy(), validation["card_id"].to_numpy())
+def _validation_reference(run: RunDir, validation: pd.DataFrame, manifest,
+                          points: OperatingPoints) -> _ValidationReference:
+    """What the monitor expects a day's ranking of its frauds to reach (the version's validation split's
+    AUC and the spread of its days, :func:`ranking_expectation`) and the fraud cards validation let past
+    its review threshold (:func:`missed_fraud_reference`), as the live monitor reads them."""
+    columns = (validation[manifest.label_column].to_numpy(), score_frame(run, validation),
+               validation["event_time"].to_numpy(), validation["card_id"].to_numpy())
+    return _ValidationReference(ranking_expectation(*columns),
+                                missed_fraud_reference(*columns, points.review_threshold))
 
 
-def _judge(run: RunDir, points: OperatingPoints, expected_ranking: RankingExpectation | None,
+def _judge(run: RunDir, points: OperatingPoints, validation: _ValidationReference,
            training: dict[str, np.ndarray],
            categorical: set[str], monitoring: MonitoringConfig, tracking: ReviewTrackingConfig):
     """The monitor's day-by-day judgement of ``run`` serving a frame: frame -> (days, flags as served)."""
     def judge(served_frame: pd.DataFrame) -> tuple[list[dict[str, Any]], np.ndarray]:
         scores = score_frame(run, served_frame)
         flags = _served_flags(served_frame, scores, points, tracking)[0]
-        days = _monitored_days(served_frame, scores, flags, points.validation.recall, expected_ranking, monitoring,
+        days = _monitored_days(served_frame, scores, flags, points.validation.recall, validation, monitoring,
                                training, categorical)
         return days, flags
     return judge
@@ -418,7 +450,8 @@ def _withheld_pattern_fault(portfolio: BenchPortfolio, quick: bool, workdir: Pat
     week = _live_week(variant, quick, holdout.frame.assign(label=holdout.labels))
     fault = new_fraud_pattern(week)
     fault = dataclasses.replace(fault, detail={**fault.detail, "withheld_from_training": variant.source})
-    return fault, _judge(run, read_operating_points(run.model), _validation_ranking(run, splits["validation"], manifest),
+    points = read_operating_points(run.model)
+    return fault, _judge(run, points, _validation_reference(run, splits["validation"], manifest, points),
                          training, set(manifest.categorical_features), monitoring, tracking)
 
 
@@ -435,8 +468,9 @@ def run(quick: bool) -> dict[str, Any]:
     monitoring = load_monitoring_config("dev")
     decision = load_serving_config("dev").decision
     datasets = []
+    presets = selected_presets(os.environ.get(PRESETS_ENV))
     with tempfile.TemporaryDirectory(dir=state_dir()) as tmp:
-        for preset in PRESETS:
+        for preset in presets:
             datasets.append(run_portfolio(bench_portfolio(quick, preset), quick, Path(tmp), budget, monitoring,
                                           decision))
             write_json_atomic(RESULTS_DIR / "decisions.partial.json", {"datasets": datasets}, durable=False)
@@ -455,4 +489,4 @@ def run(quick: bool) -> dict[str, Any]:
                     "on the first monitored day with matured labels; each degradation detected within "
                     f"{DETECTION_DAYS_GOAL} days of its labels maturing, at most {FALSE_ALARM_DAYS_GOAL} "
                     "false-alarm day in the 7 healthy days",
-            "seed": SEED, "budget": vars(budget), "datasets": datasets, "goal_met": goals}
+            "seed": SEED, "presets": list(presets), "budget": vars(budget), "datasets": datasets, "goal_met": goals}

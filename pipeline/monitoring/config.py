@@ -36,6 +36,11 @@ class MonitoringConfig:
     # approximation, and at a handful of frauds one fraud scored like a genuine payment moves the AUC by
     # 0.1-0.2 (the quick default bench's healthy week: 6 frauds, AUC 0.72 against 0.92, a false alarm)
     auc_min_frauds: int = 20
+    # ... or the day's missed fraud cards (a card with a matured fraud, none of its frauds that day flagged)
+    # per payment above missed_fraud_factor x the validation split's rate, by the ratio's one-sided lower
+    # bound at `confidence` (pipeline.monitoring.missed_frauds): a pattern the model never learned adds
+    # cards that get through where the budget caps recall too low for a day's recall to tell (0: off)
+    missed_fraud_factor: float = 0.0
     # realised review rate outside budget x (1 +- band) is reported as a finding (not a state)
     alert_rate_band: float = 0.5
     # opt-in: a degraded champion is rolled back to previous-champion (audited, with the reason)
@@ -78,6 +83,9 @@ class MonitoringConfig:
             problems.append(f"auc_margin must be in [0, 0.5) (0: off), got {self.auc_margin}")
         if self.auc_min_frauds < 2:
             problems.append(f"auc_min_frauds must be >= 2 (an AUC bound needs two frauds), got {self.auc_min_frauds}")
+        if self.missed_fraud_factor != 0.0 and self.missed_fraud_factor <= 1.0:
+            problems.append(f"missed_fraud_factor must be 0 (off) or > 1 (a multiple of the validation split's rate), "
+                            f"got {self.missed_fraud_factor}")
         if self.min_frauds < 1:
             problems.append(f"min_frauds must be >= 1, got {self.min_frauds}")
         if self.alert_rate_band <= 0.0:

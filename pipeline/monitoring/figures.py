@@ -28,6 +28,7 @@ from pipeline.metrics import (
 from pipeline.monitoring.config import MonitoringConfig
 from pipeline.monitoring.drift import broken_inputs, feature_psi, out_of_range_features
 from pipeline.monitoring.join import ScoredPayment
+from pipeline.monitoring.missed_frauds import MissedFraudReference, MissedFrauds, missed_frauds
 
 SHOWN_DRIFTING = 5  # features named in a drift finding
 
@@ -73,6 +74,7 @@ class VersionReference:
     categorical: frozenset[str]
     notes: tuple[str, ...] = ()  # what could not be found, and why
     ranking: RankingExpectation | None = None  # from the run's validation scores: what a day's ranking is judged against
+    missed_frauds: MissedFraudReference | None = None  # the validation split's fraud cards that got through, per payment
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,7 @@ class VersionFigures:
     live_feature_rows: int
     findings: tuple[str, ...]
     auc_upper: float = math.nan  # auc_roc's one-sided upper bound at the monitor's confidence, by card
+    missed: MissedFrauds | None = None  # the day's fraud cards that got through vs validation's (None: no reference)
 
 
 def version_figures(payments: list[ScoredPayment], labels: np.ndarray, reference: VersionReference,
@@ -137,6 +140,8 @@ def version_figures(payments: list[ScoredPayment], labels: np.ndarray, reference
     return VersionFigures(
         version=reference.version, at_operating_points=at_points, auc_roc=auc_roc(labels, scores),
         auc_upper=day_ranking(labels, scores, clusters, reference.ranking, config.confidence)[1],
+        missed=(missed_frauds(labels, scores >= review, clusters, reference.missed_frauds, config.confidence)
+                if reference.missed_frauds is not None else None),
         average_precision=average_precision(labels, scores),
         review_thresholds=tuple(sorted({float(x) for x in review})), block_thresholds=tuple(sorted({float(x) for x in block})),
         review_budget=budget, review_rate_vs_budget=ratio, alert_rate_in_band=in_band, score_psi=score_psi,

@@ -18,7 +18,14 @@ than ``auc_margin`` (the AUC's one-sided upper bound at ``confidence``, card-clu
 of at least ``auc_min_frauds`` matured frauds): where the
 review budget caps recall low (a 4%-fraud portfolio reviewing 0.5% of its payments), a day's recall
 cannot fall far enough to tell, while frauds of a pattern the model never learned sit among the
-genuine payments and pull the AUC down (the decisions bench's new-pattern fault). Either shortfall
+genuine payments and pull the AUC down (the decisions bench's new-pattern fault). And with
+``missed_fraud_factor`` > 1 a judged day falls short when its fraud cards that got past the model
+(none of a card's frauds flagged) per payment are more than that factor times the validation
+split's rate, by the ratio's one-sided lower bound at ``confidence``
+(:mod:`pipeline.monitoring.missed_frauds`): a new pattern adds cards that get through, which the
+day's recall hides where a card's frauds are caught or missed together (the decisions bench's
+e-commerce week: the new pattern's days at recall 0.32, 0.41, 0.28 against a floor of 0.30, healthy
+days 0.24-0.66, while its missed cards went from about 31 a day to 56, 80, 96). Any shortfall
 counts toward the same run of ``degraded_after_days``.
 Only judged days count (enough matured frauds and an expectation to compare with): a day with too
 few frauds neither extends nor breaks the run, and days never monitored are not in the history at
@@ -46,6 +53,7 @@ from pipeline.file_lock import LockHeld, file_lock
 from pipeline.metrics import binomial_upper_bound
 from pipeline.monitoring.config import MonitoringConfig
 from pipeline.monitoring.drift import SEGMENT_MARK
+from pipeline.monitoring.missed_frauds import MissedFrauds
 
 KEEP_DAYS = 120
 VersionState = Literal["ok", "degraded", "insufficient_evidence", "unjudged"]
@@ -53,10 +61,11 @@ VersionState = Literal["ok", "degraded", "insufficient_evidence", "unjudged"]
 # (one channel);
 # a payment field outside its training range; realised recall below the floor on degraded_after_days
 # judged days in a row. All but the last need no labels.
-# Realised recall, or the day's ranking of its frauds (AUC), below its floor on degraded_after_days
-# judged days in a row. All but the last two need no labels.
+# Realised recall, or the day's ranking of its frauds (AUC), below its floor, or its missed fraud cards
+# above missed_fraud_factor x validation's, on degraded_after_days judged days in a row. All but the last
+# three need no labels.
 DegradedRule = Literal["stuck_feature", "stuck_feature_in_segment", "out_of_range", "recall_below_floor",
-                       "ranking_below_floor"]
+                       "ranking_below_floor", "missed_frauds_above_factor"]
 
 
 class MonitoringStateError(RuntimeError):
@@ -84,6 +93,10 @@ class MonitoredDay:
     expected_auc: float | None = None  # the version's validation AUC (None: not judged on ranking)
     auc_floor: float | None = None  # expected_auc - auc_margin
     ranking_below: bool = False  # judged and auc_upper < auc_floor
+    missed_fraud_cards: int | None = None  # cards with a matured fraud, none of its frauds flagged (None: not counted)
+    missed_fraud_ratio: float | None = None  # their rate per payment / the validation split's
+    missed_fraud_ratio_lower: float | None = None  # its one-sided lower bound at ``confidence``
+    missed_above: bool = False  # judged and missed_fraud_ratio_lower > missed_fraud_factor
 
     @property
     def recall_below(self) -> bool:
@@ -94,12 +107,14 @@ class MonitoredDay:
 def judge_day(day: date, frauds: int, recall: float | None, expected: float | None,
               config: MonitoringConfig, broken: tuple[str, ...] = (),
               out_of_range: tuple[str, ...] = (), ranking: tuple[float, float] | None = None,
-              expected_auc: float | None = None) -> MonitoredDay:
+              expected_auc: float | None = None, missed: MissedFrauds | None = None) -> MonitoredDay:
     """One day's judgement. ``ranking``: the day's ``(AUC, its upper bound)`` on matured labels
     (:func:`pipeline.metrics.auc_upper_bound`); with ``expected_auc`` and ``auc_margin`` > 0 the day is
     also short when that bound is below ``expected_auc - auc_margin``: frauds the model ranks among the
     genuine (a pattern it never learned) lower the AUC even where the budget caps recall so low that
-    a day's recall cannot move far from chance."""
+    a day's recall cannot move far from chance. ``missed``: the day's missed fraud cards against the
+    validation split's rate (:func:`pipeline.monitoring.missed_frauds.missed_frauds`); with
+    ``missed_fraud_factor`` > 0 the day is also short when the ratio's lower bound is above that factor."""
     floor = None if expected is None else expected - config.recall_margin
     judged = frauds >= config.min_frauds and floor is not None and recall is not None and math.isfinite(recall)
     upper = None
@@ -110,9 +125,17 @@ def judge_day(day: date, frauds: int, recall: float | None, expected: float | No
     auc_floor = expected_auc - config.auc_margin if expected_auc is not None and config.auc_margin > 0 else None
     ranking_below = bool(judged and frauds >= config.auc_min_frauds and auc_floor is not None
                          and auc_upper is not None and math.isfinite(auc_upper) and auc_upper < auc_floor)
+    ratio, lower = (missed.ratio, missed.ratio_lower) if missed is not None else (math.nan, math.nan)
+    missed_above = bool(judged and config.missed_fraud_factor > 0 and math.isfinite(lower)
+                        and lower > config.missed_fraud_factor)
     return MonitoredDay(day.isoformat(), frauds, recall, expected, floor, judged,
-                        (judged and upper < floor) or ranking_below, upper,  # type: ignore[operator]
-                        tuple(broken), tuple(out_of_range), auc, auc_upper, expected_auc, auc_floor, ranking_below)
+                        (judged and upper < floor) or ranking_below or missed_above, upper,  # type: ignore[operator]
+                        tuple(broken), tuple(out_of_range), auc, auc_upper, expected_auc, auc_floor, ranking_below,
+                        missed.cards if missed is not None else None, _finite(ratio), _finite(lower), missed_above)
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
 
 
 def days_below_in_a_row(history: list[MonitoredDay], day: date) -> int:
@@ -142,6 +165,8 @@ def degraded_by(entry: MonitoredDay, streak: int, config: MonitoringConfig) -> t
             rules.append("recall_below_floor")
         if entry.ranking_below:
             rules.append("ranking_below_floor")
+        if entry.missed_above:
+            rules.append("missed_frauds_above_factor")
     return tuple(rules)
 
 

@@ -176,7 +176,8 @@ def _judge_versions(client: MlflowClient, day: date, decisions: DayDecisions, la
         at = figures.at_operating_points
         entry = judge_day(day, at.frauds, None if math.isnan(at.recall) else at.recall, reference.expected_recall, config,
                           figures.stuck_features, figures.out_of_range_features,
-                          (figures.auc_roc, figures.auc_upper), reference.ranking.auc if reference.ranking else None)
+                          (figures.auc_roc, figures.auc_upper), reference.ranking.auc if reference.ranking else None,
+                          figures.missed)
         streak = days_below_in_a_row(history.record(model_name, version, entry), day)
         judged.append((VersionReport(figures, entry, version_state(entry, streak, config), streak, reference.run_id,
                                      reference.expected_recall_source, reference.training_sample), reference))
@@ -201,6 +202,10 @@ def why_degraded(v: VersionReport) -> str:
         reasons.append(f"the day's ranking of its frauds, AUC {d.auc:.3f} (upper confidence bound {d.auc_upper:.3f}), "
                        f"below the floor {d.auc_floor:.3f} (validation AUC {d.expected_auc:.3f}): frauds scored "
                        f"like genuine payments, e.g. a pattern the model never learned")
+    if d.missed_above and d.missed_fraud_ratio is not None and d.missed_fraud_ratio_lower is not None:
+        reasons.append(f"{d.missed_fraud_cards} fraud cards got past the model (none of their frauds flagged): "
+                       f"{d.missed_fraud_ratio:.2f}x the validation split's rate per payment (lower confidence bound "
+                       f"{d.missed_fraud_ratio_lower:.2f}), e.g. a pattern the model never learned")
     return "; ".join(reasons)
 
 

@@ -6,7 +6,9 @@ States, per version and for the day (the worst version's, in the order below):
 state                    meaning                                                    exit
 =======================  =========================================================  ====
 ``degraded``             recall at the operating points below expectation - margin  4
-                         on ``degraded_after_days`` judged days in a row; or a
+                         (or the day's AUC below its floor, or its missed fraud
+                         cards above a factor of validation's) on
+                         ``degraded_after_days`` judged days in a row; or a
                          broken input (stuck, in a segment, out of range)
 ``ok``                   judged, not degraded                                       0
 ``unjudged``             enough frauds, but no expectation to compare with          0
@@ -122,6 +124,9 @@ def _version_dict(v: VersionReport, config: MonitoringConfig) -> dict[str, Any]:
                    "upper_bound": v.day.recall_upper, "judged": v.day.judged,
                    "below": v.day.recall_below, "days_below_in_a_row": v.days_below_in_a_row,
                    "degraded_after_days": config.degraded_after_days, "min_frauds": config.min_frauds},
+        "missed_frauds": {"cards": v.day.missed_fraud_cards, "ratio_to_validation": v.day.missed_fraud_ratio,
+                          "lower_bound": v.day.missed_fraud_ratio_lower, "factor": config.missed_fraud_factor,
+                          "above": v.day.missed_above},
         "ranking": {"auc": v.day.auc, "upper_bound": v.day.auc_upper, "expected_auc": v.day.expected_auc,
                     "margin": config.auc_margin, "floor": v.day.auc_floor, "below": v.day.ranking_below},
         "broken_features": {"stuck": list(v.day.broken_features), "stuck_feature_share": config.stuck_feature_share,
@@ -192,4 +197,7 @@ def describe_version(v: VersionReport) -> list[str]:
         if day.broken_features else []
     broken += [f"  - broken input (degraded): {', '.join(day.out_of_range_features)} outside the training range"] \
         if day.out_of_range_features else []
+    if day.missed_above:
+        broken.append(f"  - {day.missed_fraud_cards} fraud cards got past the model, {_num(day.missed_fraud_ratio, '.2f')}x "
+                      f"validation's rate per payment (lower bound {_num(day.missed_fraud_ratio_lower, '.2f')})")
     return [line, *broken, *(f"  - {finding}" for finding in f.findings)]

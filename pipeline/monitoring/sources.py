@@ -37,6 +37,7 @@ from pipeline.kafka.reader import ConsumedRecord, read_topic
 from pipeline.kafka.settings import KafkaConfig, with_log_routing
 from pipeline.monitoring.figures import RankingExpectation, VersionReference, ranking_expectation
 from pipeline.monitoring.join import Report
+from pipeline.monitoring.missed_frauds import MissedFraudReference, missed_fraud_reference
 
 # Logged at registration (pipeline.registry.tracking, under RUN_ARTIFACTS): spelled out here because
 # importing tracking loads torch, which the monitor never needs (tests/monitoring holds them equal).
@@ -108,10 +109,10 @@ def version_reference(client: MlflowClient, model_name: str, version: int, sampl
     if expected is None:
         notes.append(f"no {EXPECTED_RECALL_TAG} tag and no validation recall in the operating points: "
                      "recall is reported, not judged")
-    scores, ranking = _validation_scores(client, registered.run_id, notes)
+    scores, ranking, missed = _validation_scores(client, registered.run_id, points, notes)
     features, sample, categorical = _training_sample(tags, sample_rows, notes)
     return VersionReference(version, registered.run_id, points, expected, source, scores, features, sample,
-                            categorical, tuple(notes), ranking)
+                            categorical, tuple(notes), ranking, missed)
 
 
 def expected_recall(tags: dict[str, str], points: OperatingPoints | None) -> tuple[float | None, str]:
@@ -138,26 +139,29 @@ def _operating_points(tags: dict[str, str], notes: list[str]) -> OperatingPoints
     return points
 
 
-def _validation_scores(client: MlflowClient, run_id: str | None,
-                       notes: list[str]) -> tuple[np.ndarray | None, RankingExpectation | None]:
-    """The run's validation scores (for the score PSI) and the ranking they set as the expectation
-    (:func:`pipeline.monitoring.figures.ranking_expectation`), from the run's validation_scores.parquet."""
+def _validation_scores(client: MlflowClient, run_id: str | None, points: OperatingPoints | None, notes: list[str]
+                       ) -> tuple[np.ndarray | None, RankingExpectation | None, MissedFraudReference | None]:
+    """The run's validation scores (for the score PSI), the ranking they set as the expectation
+    (:func:`pipeline.monitoring.figures.ranking_expectation`) and the fraud cards they let past the
+    version's validation review threshold (:func:`pipeline.monitoring.missed_frauds.missed_fraud_reference`;
+    None without operating points), from the run's validation_scores.parquet."""
     if not run_id:
-        notes.append("the version has no run: no validation scores for the score PSI or the ranking")
-        return None, None
+        notes.append("the version has no run: no validation scores for the score PSI, the ranking or the missed frauds")
+        return None, None, None
     with tempfile.TemporaryDirectory(prefix="monitor-") as tmp:
         try:
             path = client.download_artifacts(run_id, VALIDATION_SCORES, tmp)
             table = pq.read_table(path, columns=["score", "label", "event_time", "card_id"])
         except (MlflowException, OSError, KeyError, pa.ArrowException) as exc:
             notes.append(f"run {run_id} has no readable {VALIDATION_SCORES} ({type(exc).__name__}): no score PSI "
-                         "and no ranking judged")
-            return None, None
+                         "and no ranking or missed frauds judged")
+            return None, None, None
     scores = table["score"].to_numpy(zero_copy_only=False).astype(np.float64)
     finite = np.isfinite(scores)
     column = lambda name: table[name].to_numpy(zero_copy_only=False)[finite]  # noqa: E731
-    return scores[finite], ranking_expectation(column("label"), scores[finite], column("event_time"),
-                                               column("card_id"))
+    validation = (column("label"), scores[finite], column("event_time"), column("card_id"))
+    missed = missed_fraud_reference(*validation, points.review_threshold) if points is not None else None
+    return scores[finite], ranking_expectation(*validation), missed
 
 
 def _training_sample(tags: dict[str, str], rows: int,

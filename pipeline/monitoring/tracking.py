@@ -32,7 +32,8 @@ def version_metrics(v: VersionReport) -> dict[str, float]:
     metrics = {"rows": at.rows, "frauds": at.frauds, "auc_roc": f.auc_roc, "average_precision": f.average_precision,
                "recall": at.recall, "precision": at.precision, "block_precision": at.block_precision,
                "review_rate": at.review_rate, "block_rate": at.block_rate, "score_psi": f.score_psi,
-               "degraded": float(v.state == "degraded"), "days_below_in_a_row": v.days_below_in_a_row}
+               "degraded": float(v.state == "degraded"), "days_below_in_a_row": v.days_below_in_a_row,
+               "missed_fraud_cards": v.day.missed_fraud_cards, "missed_fraud_ratio": v.day.missed_fraud_ratio}
     finite_psi = [x for x in f.feature_psi.values() if math.isfinite(x)]
     if finite_psi:
         metrics["feature_psi_max"] = max(finite_psi)

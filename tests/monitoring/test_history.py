@@ -186,3 +186,30 @@ def test_a_history_written_before_the_ranking_rule_still_reads(tmp_path):
                     '"recall_floor": 0.5, "judged": true, "below": true, "recall_upper": 0.3}]}')
     [day] = store.read("m", 1)
     assert (day.recall_below, day.ranking_below, day.auc) == (True, False, None)
+
+
+
+def test_more_fraud_cards_getting_past_the_model_than_factor_x_validation_is_a_short_day():
+    from pipeline.monitoring.missed_frauds import MissedFrauds
+
+    config = MonitoringConfig(recall_margin=0.1, degraded_after_days=1, min_frauds=10, missed_fraud_factor=2.0)
+    # recall 0.55 is above its floor (0.5): only the missed fraud cards can make the day short
+    above = judge_day(DAY, 20, 0.55, EXPECTED, config, missed=MissedFrauds(80, 28_000, 2.6, 2.07))
+    assert above.missed_above and above.below and not above.recall_below
+    assert version_state(above, 1, config) == "degraded"
+    assert degraded_by(above, 1, config) == ("missed_frauds_above_factor",)
+    # a ratio above the factor whose lower bound is not: chance, not evidence
+    assert not judge_day(DAY, 20, 0.55, EXPECTED, config, missed=MissedFrauds(56, 28_000, 2.2, 1.39)).below
+    # too few frauds to judge the day, or the rule off: never short
+    assert not judge_day(DAY, 5, 0.55, EXPECTED, config, missed=MissedFrauds(80, 28_000, 9.0, 8.0)).below
+    off = MonitoringConfig(recall_margin=0.1, degraded_after_days=1, min_frauds=10)
+    assert not judge_day(DAY, 20, 0.55, EXPECTED, off, missed=MissedFrauds(80, 28_000, 9.0, 8.0)).below
+
+
+def test_the_missed_fraud_evidence_survives_the_history_file(tmp_path):
+    from pipeline.monitoring.missed_frauds import MissedFrauds
+
+    store = HistoryStore(tmp_path)
+    store.record("fd", 7, judge_day(DAY, 20, 0.55, EXPECTED, CONFIG, missed=MissedFrauds(12, 5_000, 1.5, 0.9)))
+    (entry,) = store.read("fd", 7)
+    assert (entry.missed_fraud_cards, entry.missed_fraud_ratio, entry.missed_fraud_ratio_lower) == (12, 1.5, 0.9)

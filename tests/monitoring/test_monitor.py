@@ -93,6 +93,10 @@ def test_a_live_day_is_judged_per_version_reported_and_logged_to_its_run(deploym
     assert v["at_operating_points"]["review_rate"] == pytest.approx(flagged.mean())
     assert v["recall"]["expected"] == pytest.approx(points.validation.recall)
     assert v["recall"]["expected_source"] == "operating_points.validation.recall"
+    # the day's fraud cards that got past the model, against the run's validation scores at its review threshold
+    missed = v["missed_frauds"]
+    assert missed["cards"] == len(set(truth.loc[fraud & ~flagged, "card_id"])) and missed["factor"] == 0.0
+    assert missed["ratio_to_validation"] is not None and missed["ratio_to_validation"] >= 0 and not missed["above"]
     assert v["alert_rate"]["budget"] == 0.2 and v["thresholds"]["review"] == [points.review_threshold]
     assert set(v["feature_psi"]) == {"amount_log", "amount_rel_30d", "secs_since_prev_log", "merchant_fraud_rate_7d",
                                      "mcc", "channel"}
