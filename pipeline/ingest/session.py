@@ -8,15 +8,20 @@ the same ``pipeline`` package and pyarrow/confluent-kafka as the driver.
 Given a log file, Spark's log4j output goes there instead of the console (see
 :mod:`pipeline.ingest.run_log`): through ``-Dlog4j2.configurationFile`` when this process starts
 the JVM (start-up lines included), and by reconfiguring log4j once the session exists (a JVM that
-spark-submit or an earlier session started). No console progress bars either way.
+spark-submit or an earlier session started). A JVM this process starts also gets the log file as
+its stderr, for the lines it writes there itself, outside log4j (the JDK's "Using incubator
+modules" warning, a thread's uncaught-exception trace). No console progress bars either way.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from pipeline.ingest.config import SparkConfig
@@ -66,6 +71,25 @@ def session_settings(config: SparkConfig, master: str | None = None,
     return settings
 
 
+@contextmanager
+def _jvm_stderr_to(log_file: Path | None) -> Iterator[None]:
+    """While a JVM may be started: this process's stderr (fd 2, which the JVM inherits) is
+    ``log_file``. Nothing changes when there is no log file or the JVM is already up."""
+    if log_file is None or launched_by_spark_submit() or SparkContext._gateway is not None:
+        yield
+        return
+    sys.stderr.flush()
+    terminal = os.dup(2)
+    with open(log_file, "ab") as log:
+        os.dup2(log.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(terminal, 2)
+        os.close(terminal)
+
+
 def build_spark_session(config: SparkConfig, master: str | None = None, log_file: Path | None = None) -> SparkSession:
     """Build (or join) the session; the caller stops it when the job ends.
 
@@ -83,7 +107,8 @@ def build_spark_session(config: SparkConfig, master: str | None = None, log_file
         builder = SparkSession.builder
         for key, value in session_settings(config, master, log4j_file).items():
             builder = builder.config(key, value)
-        spark = builder.getOrCreate()
+        with _jvm_stderr_to(log_file):
+            spark = builder.getOrCreate()
         if log4j_file is not None:  # the JVM may predate this session: point log4j at the file now
             jvm = spark.sparkContext._jvm
             jvm.org.apache.logging.log4j.core.config.Configurator.reconfigure(
