@@ -145,13 +145,20 @@ def _count_call(stats: Accumulator | None, name: str, key: np.ndarray) -> None:
         stats.add({name: [1, len(key), len(sizes), int(sizes.max())]})
 
 
-def _merchant_batches(batches: Iterator[pa.RecordBatch], carry: tuple[str, ...], kernel_rows: int,
-                      stats: Accumulator | None) -> Iterator[pa.RecordBatch]:
-    keys = ("merchant_id", CHUNK)
+def _keyed_tables(batches: Iterator[pa.RecordBatch], key_column: str, kernel_rows: int, stats: Accumulator | None,
+                  pass_name: str) -> Iterator[tuple[pa.Table, np.ndarray, np.ndarray]]:
+    """One pass's kernel calls: each table of whole (``key_column``, hot-key chunk) groups, with its key
+    codes and event times; each call counted under ``pass_name``."""
+    keys = (key_column, CHUNK)
     for table in complete_key_tables(batches, keys, kernel_rows):
         key = _key_codes(table, keys)
-        _count_call(stats, "merchant", key)
-        ts = _int64(table, TS_US)
+        _count_call(stats, pass_name, key)
+        yield table, key, _int64(table, TS_US)
+
+
+def _merchant_batches(batches: Iterator[pa.RecordBatch], carry: tuple[str, ...], kernel_rows: int,
+                      stats: Accumulator | None) -> Iterator[pa.RecordBatch]:
+    for table, key, ts in _keyed_tables(batches, "merchant_id", kernel_rows, stats, "merchant"):
         is_tx, query = _flags(table, IS_TX), _flags(table, QUERY)
         payments = KeyedTimes(key[is_tx], ts[is_tx])
         queries = payments if query.sum() == is_tx.sum() else KeyedTimes(key[query], ts[query])
@@ -165,11 +172,7 @@ def _merchant_batches(batches: Iterator[pa.RecordBatch], carry: tuple[str, ...],
 
 def _card_batches(batches: Iterator[pa.RecordBatch], carry: tuple[str, ...], kernel_rows: int,
                   stats: Accumulator | None) -> Iterator[pa.RecordBatch]:
-    keys = ("card_id", CHUNK)
-    for table in complete_key_tables(batches, keys, kernel_rows):
-        key = _key_codes(table, keys)
-        _count_call(stats, "card", key)
-        ts = _int64(table, TS_US)
+    for table, key, ts in _keyed_tables(batches, "card_id", kernel_rows, stats, "card"):
         amount = table.column("amount").to_numpy().astype(np.float64, copy=False)
         events = CardEvents(key=key, ts_us=ts, amount=amount, merchant=value_codes(table.column("merchant_id")),
                             country=value_codes(table.column("country")))

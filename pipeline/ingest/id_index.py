@@ -172,7 +172,7 @@ class IdIndex:
 
     def _load(self, segment: str, bucket: int, keep_mapped: bool = True) -> np.ndarray:
         key = (segment, bucket)
-        if key not in self._mapped or not keep_mapped:
+        if key not in self._mapped:
             path = self._bucket_path(segment, bucket)
             bucket_rows = np.load(path, mmap_mode="r")
             if bucket_rows.ndim != 2 or bucket_rows.shape[0] != _ROWS or bucket_rows.dtype != np.uint64:
