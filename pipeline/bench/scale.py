@@ -24,6 +24,10 @@ driver (the Python process and its JVM) and each executor (its JVM and the Pytho
 ``s_per_million`` is the night's seconds (the update call, not the session start) per million payments
 of ``D``; shuffle bytes are Spark's own count (the driver's status store) for the night's jobs.
 
+The night runs as dev configures it (``[features] hot_key_rows`` and ``rows_per_task``: shuffle
+partitions grow with the payments read) with a :data:`DRIVER_MEMORY_MB` driver heap; each size also
+reports the driver's heap after a full collection at the night's end, what the driver still holds.
+
 Goals (issue 37): driver RSS at 16x at most 1.2x of 1x; each executor under its configured bound
 (``spark.executor.memory`` + ``spark.executor.memoryOverhead``); seconds per million payments at 16x at
 most 1.3x of 1x.
@@ -68,6 +72,11 @@ NIGHT = START + timedelta(days=fd.LOOKBACK_DAYS)  # D: the lookback's 30 days co
 MASTER = "local-cluster[2,1,1024]"
 EXECUTOR_MEMORY_MB = 1024  # the local-cluster spec's executor memory (JVM heap)
 EXECUTOR_OVERHEAD_MB = 1536  # off-heap and the Python workers: the rest of an executor's budget
+# The night's driver JVM heap. The driver holds metadata only (file lists, the plan, one summary row per
+# date), so a heap this small must do at every size: one that did not would fail the night, not grow.
+# A JVM takes heap lazily up to its maximum as its collector sees fit, so under a large maximum (dev's
+# 2g) its RSS measures collector timing rather than what it holds; heap_after_gc_mb reports that.
+DRIVER_MEMORY_MB = 512
 DRIVER_RSS_GROWTH_GOAL = 1.2
 S_PER_MILLION_GROWTH_GOAL = 1.3
 
@@ -174,20 +183,34 @@ def features_phase(store: Path, table: Path, engine: str) -> dict:
         from pipeline.ingest.session import build_spark_session
 
         conf = {**config.spark.conf, "spark.executor.memoryOverhead": f"{EXECUTOR_OVERHEAD_MB}m"}
-        spark = build_spark_session(dataclasses.replace(config.spark, conf=conf), master=MASTER)
+        spark = build_spark_session(dataclasses.replace(config.spark, conf=conf,
+                                                        driver_memory=f"{DRIVER_MEMORY_MB}m"), master=MASTER)
     try:
         with raw.locked():
             started = time.perf_counter()
             update = update_feature_table(raw, FeatureTable(table), night_plan(), config.features,
                                           config.dataset.feature_block_days, engine=engine, spark=spark,
-                                          hot_key_rows=config.features.hot_key_rows)
+                                          hot_key_rows=config.features.hot_key_rows,
+                                          rows_per_task=config.features.rows_per_task)
             seconds = time.perf_counter() - started
         shuffle = shuffle_write_bytes(spark) if spark is not None else 0
+        heap = driver_heap_mb(spark) if spark is not None else {}
     finally:
         if spark is not None:
             spark.stop()
     rows = pq.read_metadata(FeatureTable(table).partition_file(NIGHT)).num_rows
-    return {"seconds": seconds, "computed": list(update.computed), "rows": rows, "shuffle_write_bytes": shuffle}
+    return {"seconds": seconds, "computed": list(update.computed), "rows": rows, "shuffle_write_bytes": shuffle,
+            "shuffle_partitions": update.shuffle_partitions, **heap}
+
+
+def driver_heap_mb(spark) -> dict[str, float]:
+    """The driver JVM's heap after a full collection (what it still holds once the night is done) and
+    the heap it has committed (what its RSS carries), in MB."""
+    jvm = spark.sparkContext._jvm
+    jvm.java.lang.System.gc()
+    runtime = jvm.java.lang.Runtime.getRuntime()
+    return {"heap_after_gc_mb": round((runtime.totalMemory() - runtime.freeMemory()) / 2**20, 1),
+            "heap_committed_mb": round(runtime.totalMemory() / 2**20, 1)}
 
 
 # ---- the bench ---------------------------------------------------------------------------------------
@@ -234,10 +257,12 @@ def run(quick: bool) -> dict:
                 "driver_peak_rss_mb": spark_peaks.mb("driver"),
                 "driver_python_peak_rss_mb": spark_peaks.mb("driver_python"),
                 "driver_jvm_peak_rss_mb": spark_peaks.mb("driver_jvm"),
+                "driver_heap_after_gc_mb": spark["heap_after_gc_mb"],
+                "driver_heap_committed_mb": spark["heap_committed_mb"],
                 "executor_peak_rss_mb": max(spark_peaks.executor_mb(), default=0.0),
                 "executors_peak_rss_mb": spark_peaks.executor_mb(),
                 "s_per_million": None, "night_s": round(spark["seconds"], 3), "feature_rows": spark["rows"],
-                "shuffle_write_bytes": spark["shuffle_write_bytes"],
+                "shuffle_write_bytes": spark["shuffle_write_bytes"], "shuffle_partitions": spark["shuffle_partitions"],
                 "identity_check_s": round(check["seconds"], 4), "identity_check_records": check["records"],
                 "identity_check_s_per_million": round(check["seconds"] / check["records"] * 1e6, 3),
                 "identity_check_peak_rss_mb": check_peaks.mb("driver_python"),
@@ -270,6 +295,7 @@ def run(quick: bool) -> dict:
         },
         "master": MASTER, "night": NIGHT.isoformat(), "lookback_days": fd.LOOKBACK_DAYS,
         "executor_memory_mb": EXECUTOR_MEMORY_MB, "executor_overhead_mb": EXECUTOR_OVERHEAD_MB,
+        "driver_memory_mb": DRIVER_MEMORY_MB,
         "cards_per_shard": shard_simulation(base, 0, quick).num_cards,
         "local_engine_up_to_multiple": LOCAL_MAX_MULTIPLE,
     }

@@ -81,6 +81,10 @@ class FeaturesConfig(FeatureParams):
     # into time chunks of about this many (each with its 30-day lookback as slim context), so no
     # task holds one key's whole history of full rows (pipeline.features.spark_kernel).
     hot_key_rows: int = 1_000_000
+    # spark engine: shuffle partitions enough that each holds at most this many of the payments a night
+    # reads (its dates and their lookback), never fewer than spark.sql.shuffle.partitions; a task sorts
+    # and holds its partition, so this keeps executor memory flat as the portfolio grows.
+    rows_per_task: int = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -193,6 +197,8 @@ def validate_ingest_config(config: IngestConfig, source: str = "ingest.toml") ->
         problems.append(f"features.engine must be one of {', '.join(FEATURE_ENGINES)}, got {config.features.engine!r}")
     if config.features.hot_key_rows < 1:
         problems.append(f"features.hot_key_rows must be >= 1, got {config.features.hot_key_rows}")
+    if config.features.rows_per_task < 1:
+        problems.append(f"features.rows_per_task must be >= 1, got {config.features.rows_per_task}")
     if problems:
         raise ConfigError(f"{source}: " + "; ".join(problems))
     return config

@@ -145,7 +145,8 @@ def build_dataset(spark: SparkSession, store: RawStore, plan: DatasetPlan, confi
     check_raw_rows(plan, store.committed_rows_by_date(Kind.TRANSACTION, plan.first_date, plan.last_date), config, until)
     table = FeatureTable(feature_table_root(config.feature_table, store))
     update = update_feature_table(store, table, plan, params, config.feature_block_days, engine=params.engine,
-                                  spark=spark, hot_key_rows=params.hot_key_rows)
+                                  spark=spark, hot_key_rows=params.hot_key_rows,
+                                  rows_per_task=params.rows_per_task)
     rows = dataset_rows(spark, store, plan, params, table_window_features(spark, table, plan))
     written = write_shards(rows, build_dir, config.num_shards_per_date)
     try:

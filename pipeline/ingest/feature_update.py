@@ -123,11 +123,13 @@ class FeatureUpdate:
     seconds: float
     engine: str = "local"
     kernel_calls: dict = field(default_factory=dict)
+    shuffle_partitions: int = 0  # the spark engine's, per pass (0: no Spark job)
 
     def to_dict(self) -> dict:
         out = {"computed": list(self.computed), "reused": self.reused, "seconds": round(self.seconds, 3),
                "engine": self.engine}
-        return out | ({"kernel_calls": self.kernel_calls} if self.kernel_calls else {})
+        out |= {"kernel_calls": self.kernel_calls} if self.kernel_calls else {}
+        return out | ({"shuffle_partitions": self.shuffle_partitions} if self.shuffle_partitions else {})
 
 
 def plan_dates(plan: DatasetPlan) -> list[date]:
@@ -182,11 +184,13 @@ def compute_block(store: RawStore, cache: LookbackCache, files: dict[date, list[
 
 def update_feature_table(store: RawStore, table: FeatureTable, plan: DatasetPlan, params: FeatureParams,
                          block_days: int, engine: str = "local", spark: SparkSession | None = None,
-                         hot_key_rows: int | None = None) -> FeatureUpdate:
+                         hot_key_rows: int | None = None, rows_per_task: int | None = None) -> FeatureUpdate:
     """Make every date of ``plan`` hold a partition whose fingerprint matches its current inputs.
 
     ``engine``: ``"local"`` (blocks of ``block_days`` dates in this process) or ``"spark"`` (one job
-    on ``spark``'s executors; ``hot_key_rows``: split hotter keys, None: never), see the module doc.
+    on ``spark``'s executors; ``hot_key_rows``: split hotter keys, None: never; ``rows_per_task``: at
+    most this many payments read per shuffle partition, None: ``spark.sql.shuffle.partitions``), see
+    the module doc.
     Call with the raw store's lock held (the store must not change while its files are listed and
     read). Each recomputed date is published whole; a kill leaves earlier dates published and the
     rest as they were (the next build recomputes them). The lookback cache keeps the dates from the
@@ -208,16 +212,17 @@ def update_feature_table(store: RawStore, table: FeatureTable, plan: DatasetPlan
     fingerprints = date_fingerprints(store, files, days, reports, params)
     stale = [d for d in days if table.fingerprint(d) != fingerprints[d][0]]
     calls: dict = {}
+    partitions = 0
     if engine == "spark" and stale:
         from pipeline.ingest.feature_update_spark import write_stale_dates  # Spark only where asked for
 
-        run = write_stale_dates(spark, table, files, stale, reports, params, hot_key_rows)
+        run = write_stale_dates(spark, table, files, stale, reports, params, hot_key_rows, rows_per_task)
         for day, (staging, rows) in run.staged.items():
             table.publish_staged(day, staging, rows, *fingerprints[day])
-        calls = run.kernel_calls
+        calls, partitions = run.kernel_calls, run.shuffle_partitions
     else:
         for block in blocks(stale, block_days):
             for day, rows in compute_block(store, cache, files, block, reports, params).items():
                 table.publish(day, rows, *fingerprints[day])
     return FeatureUpdate(tuple(d.isoformat() for d in stale), len(days) - len(stale), time.perf_counter() - started,
-                         engine, calls)
+                         engine, calls, partitions)

@@ -39,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 from pyspark import TaskContext
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -71,11 +72,13 @@ _WRITTEN_DDL = "day int, rows bigint"
 @dataclass(frozen=True)
 class SparkFeatureRun:
     """What the Spark job did: per stale date its staging directory (holding the date's
-    ``features.parquet``) and rows, and per kernel pass ``[calls, rows, groups, most rows of one
-    group in one call]``, a group being a key or a hot key's chunk (:class:`KernelCallStats`)."""
+    ``features.parquet``) and rows, per kernel pass ``[calls, rows, groups, most rows of one
+    group in one call]``, a group being a key or a hot key's chunk (:class:`KernelCallStats`), and
+    the shuffle partitions each pass ran with (:func:`night_partitions`)."""
 
     staged: dict[date, tuple[Path, int]]
     kernel_calls: dict[str, list[int]]
+    shuffle_partitions: int
 
 
 def _read_task(batches: Iterator[pa.RecordBatch], columns: tuple[str, ...]) -> Iterator[pa.RecordBatch]:
@@ -161,14 +164,29 @@ def _write_task(batches: Iterator[pa.RecordBatch], staging: dict[int, str]) -> I
                                          schema=pa.schema([("day", pa.int32()), ("rows", pa.int64())]))
 
 
+def night_partitions(rows: int, floor: int, rows_per_task: int | None) -> int:
+    """Shuffle partitions of a job over ``rows`` payments: at least ``floor``
+    (``spark.sql.shuffle.partitions``), and enough that none averages more than ``rows_per_task``
+    (None: ``floor``). A task sorts and holds its partition's keys, so a fixed count would let a
+    bigger portfolio grow every executor; this keeps a task's share, and its memory, flat."""
+    if rows_per_task is None:
+        return floor
+    return max(floor, -(-rows // rows_per_task))
+
+
 def write_stale_dates(spark: SparkSession, table: FeatureTable, files: dict[date, list[Path]], stale: list[date],
-                      reports: FraudReports, params: FeatureParams, hot_key_rows: int | None) -> SparkFeatureRun:
+                      reports: FraudReports, params: FeatureParams, hot_key_rows: int | None,
+                      rows_per_task: int | None = None) -> SparkFeatureRun:
     """Compute the ``stale`` dates (sorted) on executors into staging directories of ``table``;
     publishes nothing (the caller does, :meth:`FeatureTable.publish_staged`). A date without
-    payments gets the empty file the local engine writes, from the driver."""
+    payments gets the empty file the local engine writes, from the driver. ``rows_per_task``: see
+    :func:`night_partitions`."""
+    read = sum(pq.ParquetFile(path).metadata.num_rows for day in _lookback_span(stale) & files.keys()
+               for path in files[day])  # the footers: the driver reads no payments
+    partitions = night_partitions(read, int(spark.conf.get("spark.sql.shuffle.partitions")), rows_per_task)
     staging = {d: table.staging_dir(d) for d in stale}
     try:
-        rows, calls = _run_job(spark, files, stale, reports, params, hot_key_rows,
+        rows, calls = _run_job(spark, files, stale, reports, params, hot_key_rows, partitions,
                                {(d - EPOCH).days: str(p) for d, p in staging.items()})
         for day in stale:
             if day not in rows:
@@ -177,21 +195,25 @@ def write_stale_dates(spark: SparkSession, table: FeatureTable, files: dict[date
         for path in staging.values():
             shutil.rmtree(path, ignore_errors=True)
         raise
-    return SparkFeatureRun({d: (staging[d], rows[d]) for d in stale}, calls)
+    return SparkFeatureRun({d: (staging[d], rows[d]) for d in stale}, calls, partitions)
+
+
+def _lookback_span(stale: list[date]) -> set[date]:
+    """The dates whose payments the ``stale`` dates' features count: each and its lookback."""
+    return {d for day in stale for d in (day - timedelta(days=i) for i in range(fd.LOOKBACK_DAYS + 1))}
 
 
 def _run_job(spark: SparkSession, files: dict[date, list[Path]], stale: list[date], reports: FraudReports,
-             params: FeatureParams, hot_key_rows: int | None,
+             params: FeatureParams, hot_key_rows: int | None, partitions: int,
              staging: dict[int, str]) -> tuple[dict[date, int], dict[str, list[int]]]:
     wanted = set(stale)
-    span = {d for day in stale for d in (day - timedelta(days=i) for i in range(fd.LOOKBACK_DAYS + 1))}
+    span = _lookback_span(stale)
     queries = read_payments(spark, {d: files[d] for d in sorted(wanted & files.keys())}, (*PASSTHROUGH, SEQ))
     history = read_payments(spark, {d: files[d] for d in sorted((span - wanted) & files.keys())}, CARD_HISTORY)
     start_us = (stale[0] - EPOCH - LOOKBACK).days * US_PER_DAY
     picked = reports.between(start_us, ((stale[-1] - EPOCH).days + 1) * US_PER_DAY)
     known = fraud_known_instants(spark, files, reports, picked, params)
     stats = spark.sparkContext.accumulator({}, KernelCallStats())
-    partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
     rows = apply_feature_kernel(queries, known, partitions, history=history, carry=(SEQ,),
                                 hot_key_rows=hot_key_rows, stats=stats)
     written = (rows.repartition(len(stale), F.floor(F.col(TS_US) / US_PER_DAY))

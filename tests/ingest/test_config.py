@@ -28,6 +28,9 @@ def test_unworkable_values_are_refused(tmp_path):
     path.write_text("[dataset]\nnum_shards_per_date = 0\ntest_days = 0\n")
     with pytest.raises(ConfigError, match="num_shards_per_date must be >= 1.*test_days must be >= 1"):
         load_ingest_config(path=path)
+    path.write_text("[features]\nrows_per_task = 0\n")
+    with pytest.raises(ConfigError, match="features.rows_per_task must be >= 1, got 0"):
+        load_ingest_config(path=path)
 
 
 def test_master_precedence_cli_then_env_then_file(monkeypatch, tmp_path):

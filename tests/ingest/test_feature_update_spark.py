@@ -34,6 +34,7 @@ from tests.ingest.test_feature_update import FIRST_NIGHT, config, deliver
 MASTER = "local-cluster[2,1,1024]"
 NIGHTS = 3
 HOT_KEY_ROWS = 30  # the simulation's busiest merchants and cards see far more payments in a window
+ROWS_PER_TASK = 2_000  # the scenario's window reads far more payments: more shuffle partitions than 4
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -57,9 +58,10 @@ def run_nights(out: Path) -> None:
     sim = small_simulation(days=44, num_cards=150)  # the scenario test_feature_update.py runs
     local, on_spark = FeatureTable(out / "local"), FeatureTable(out / "spark")
 
-    def spark_update(table: FeatureTable, night: int, hot_key_rows: int | None = HOT_KEY_ROWS) -> dict:
+    def spark_update(table: FeatureTable, night: int, hot_key_rows: int | None = HOT_KEY_ROWS,
+                     rows_per_task: int | None = None) -> dict:
         return update_feature_table(store, table, plan_of(night), cfg.features, 28, engine="spark", spark=spark,
-                                    hot_key_rows=hot_key_rows).to_dict()
+                                    hot_key_rows=hot_key_rows, rows_per_task=rows_per_task).to_dict()
 
     for night in range(NIGHTS):
         deliver(store, sim, night, delivered)
@@ -71,7 +73,7 @@ def run_nights(out: Path) -> None:
     last = NIGHTS - 1
     with store.locked():
         results["spark-again"] = spark_update(on_spark, last)
-        results["split"] = spark_update(FeatureTable(out / "split"), last)
+        results["split"] = spark_update(FeatureTable(out / "split"), last, rows_per_task=ROWS_PER_TASK)
         results["unsplit"] = spark_update(FeatureTable(out / "unsplit"), last, hot_key_rows=None)
         killed = FeatureTable(out / "killed")  # night 0's table, brought to the last night, killed
         shutil.copytree(out / "night-0" / "spark", killed.root)
@@ -144,10 +146,13 @@ def test_a_second_spark_run_reuses_every_date(runs):
 
 @pytest.mark.spark
 @pytest.mark.slow
-def test_hot_keys_are_split_across_kernel_calls_and_change_no_byte(runs):
+def test_hot_keys_and_task_shares_split_across_calls_and_partitions_change_no_byte(runs):
     out, results = runs
-    # The last night's whole window into empty tables: keys above HOT_KEY_ROWS split, or none.
+    # The last night's whole window into empty tables: keys above HOT_KEY_ROWS split and at most
+    # ROWS_PER_TASK payments read per shuffle partition, or neither.
     assert results["split"]["computed"] == results["unsplit"]["computed"]
+    assert results["unsplit"]["shuffle_partitions"] == 4  # the session's spark.sql.shuffle.partitions
+    assert results["split"]["shuffle_partitions"] > 4
     assert results["unsplit"]["computed"] == [d.isoformat() for d in plan_dates(plan_of(NIGHTS - 1))]
     split, whole = results["split"]["kernel_calls"], results["unsplit"]["kernel_calls"]
     for kernel_pass in ("merchant", "card"):
@@ -182,6 +187,18 @@ def test_a_spark_run_killed_while_publishing_leaves_whole_partitions(runs, tmp_p
     assert first not in again.computed and len(again.computed) == len(results["spark-2"]["computed"]) - 1
     assert not [p for p in killed.root.iterdir() if p.name.startswith(".")]
     assert_same_partitions(killed.root, reference, plan_dates(plan_of(last)))
+
+
+@pytest.mark.parametrize("rows, floor, rows_per_task, expected", [
+    (10, 4, None, 4),            # no bound: the session's partitions
+    (3_000, 4, 1_000, 4),        # under the bound at the floor
+    (4_001, 4, 1_000, 5),        # one payment over: one more partition
+    (15_400_000, 4, 1_000_000, 16),
+])
+def test_night_partitions_bound_each_partitions_share_of_the_payments_read(rows, floor, rows_per_task, expected):
+    from pipeline.ingest.feature_update_spark import night_partitions
+
+    assert night_partitions(rows, floor, rows_per_task) == expected
 
 
 def test_an_unknown_engine_is_refused_with_the_key_to_fix(tmp_path):
