@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import zlib
 
-FEATURE_VERSION = 2  # 2: velocity, amount z-score, card x merchant / country familiarity
+FEATURE_VERSION = 3  # 2: velocity, amount z-score, card x merchant / country familiarity; 3: hour share
 
 DAY_SECONDS = 86_400
 LOOKBACK_DAYS = 30  # longest window: a feature date needs this much raw history before it
@@ -62,6 +62,11 @@ CARD_AMOUNT_ZSCORE_30D = "card_amount_zscore_30d"
 # Earlier payments of this card at this merchant / in this country within 30 days (0 = new to the card).
 CARD_MERCHANT_TX_COUNT_30D = "card_merchant_tx_count_30d"
 CARD_COUNTRY_TX_COUNT_30D = "card_country_tx_count_30d"
+# Share of the card's earlier 30-day payments whose UTC hour is within HOUR_SHARE_REACH hours of this
+# payment's (circular: 23:00 neighbours 00:00); 0 without history. A taken-over card pays at hours
+# its owner does not: measured, the one "card against its own past" signal that paid on every portfolio.
+CARD_HOUR_SHARE_30D = "card_hour_share_30d"
+HOUR_SHARE_REACH = 1
 TIME_FEATURES = ("hour", "weekday", "is_night", "is_weekend")  # UTC; weekday 0 = Monday
 # The same for every payment of a UTC day: a day's distribution of them is one value, whatever the
 # model or its inputs, so a day compared with training on them always looks broken.
@@ -77,6 +82,7 @@ NUMERIC_FEATURES: tuple[str, ...] = (
     CARD_AMOUNT_ZSCORE_30D,
     CARD_MERCHANT_TX_COUNT_30D,
     CARD_COUNTRY_TX_COUNT_30D,
+    CARD_HOUR_SHARE_30D,
     *(merchant_count(d) for d in MERCHANT_WINDOWS_DAYS),
     *(merchant_fraud_rate(d) for d in MERCHANT_WINDOWS_DAYS),
     *TIME_FEATURES,

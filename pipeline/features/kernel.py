@@ -28,6 +28,7 @@ import numpy as np
 from pipeline.features import definitions as fd
 
 US_PER_SECOND = 1_000_000
+US_PER_HOUR = 3600 * US_PER_SECOND
 US_PER_DAY = fd.DAY_SECONDS * US_PER_SECOND
 # Cents are clamped to 2^31 - 1 before sums ($21.4M: beyond any card payment) so a squared amount
 # fits in 62 bits and squares can be split into two exact 31-bit prefix-summable halves.
@@ -215,6 +216,27 @@ class PairHistories:
     recent: CardEvents
 
 
+def _near_hour_share(h: CardEvents, q: CardEvents, start: np.ndarray, end: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """:data:`definitions.CARD_HOUR_SHARE_30D` of each query, whose lookback is ``h[start:end]``
+    (``n`` events).
+
+    The history is sorted by (key, time), so a query's lookback is one index range of it. A stable
+    sort by hour (24 values: a linear radix sort) lays the events on the axis ``hour * (len + 1) +
+    index``, where the events of one hour inside ``[start, end)`` are one contiguous run: two
+    searches per neighbouring hour count them, whatever the number of keys.
+    """
+    hours = hour_of_day(h.ts_us).astype(np.uint8)
+    order = np.argsort(hours, kind="stable")
+    axis = hours[order].astype(np.int64) * (len(h) + 1) + order
+    query_hour = hour_of_day(q.ts_us)
+    near = np.zeros(len(q), dtype=np.int64)
+    for shift in range(-fd.HOUR_SHARE_REACH, fd.HOUR_SHARE_REACH + 1):
+        base = (query_hour + shift) % 24 * (len(h) + 1)
+        near += np.searchsorted(axis, base + end, side="left") - np.searchsorted(axis, base + start, side="left")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(n > 0, near / n, 0.0)
+
+
 def card_features(history: CardEvents, queries: CardEvents, pairs: PairHistories | None = None) -> dict[str, np.ndarray]:
     """Card window features of each query from the history (see the module docstring); ``pairs``:
     the parts of ``history`` the per-pair features read (default: all of it)."""
@@ -258,6 +280,7 @@ def card_features(history: CardEvents, queries: CardEvents, pairs: PairHistories
         amount = np.asarray(q.amount, dtype=np.float64)
         out[fd.CARD_AMOUNT_TO_MEAN_30D] = np.where(mean30 > 0, amount / mean30, fd.NO_HISTORY_AMOUNT_RATIO)
         out[fd.CARD_AMOUNT_ZSCORE_30D] = np.where(std30 > 0, (amount - mean30) / std30, 0.0)
+    out[fd.CARD_HOUR_SHARE_30D] = _near_hour_share(h, q, start[-1], end, n[-1])
     parts = pairs or PairHistories(h, h, h)
     merchant_pairs = _PairIndex(parts.merchant, parts.merchant.merchant, q.key, q.merchant)
     out[fd.CARD_MERCHANT_TX_COUNT_30D] = _pair_window_count(parts.merchant, q, merchant_pairs, times, lookback)
@@ -295,9 +318,14 @@ def merchant_features(transactions: KeyedTimes, fraud_known: KeyedTimes, queries
     return out
 
 
+def hour_of_day(ts_us: np.ndarray) -> np.ndarray:
+    """UTC hour (0-23) of each instant, before 1970 too (floor division)."""
+    return np.floor_divide(ts_us, US_PER_HOUR) % 24
+
+
 def time_features(ts_us: np.ndarray) -> dict[str, np.ndarray]:
     """UTC hour, weekday (0 = Monday), night and weekend flags, as float64."""
-    hour = np.floor_divide(ts_us, 3600 * US_PER_SECOND) % 24
+    hour = hour_of_day(ts_us)
     weekday = (np.floor_divide(ts_us, US_PER_DAY) + 3) % 7  # 1970-01-01 was a Thursday
     return {"hour": hour.astype(np.float64), "weekday": weekday.astype(np.float64),
             "is_night": (hour < fd.NIGHT_END_HOUR).astype(np.float64),

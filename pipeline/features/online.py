@@ -13,17 +13,17 @@ and :mod:`.definitions`' own functions.
 
 How: every card and merchant holds its recent events in a :class:`.windows.WindowedLog`, whose
 aggregates are the windows of a query at the log's cursor: per card count, cent sum and squared
-cent halves over 1 h, 1, 7 and 30 days, merchants per day and merchants and countries per 30 days
-(distinct-merchant and familiarity counters); per merchant the payment counts and the counts of
+cent halves over 1 h, 1, 7 and 30 days, merchants per day and merchants, countries and hours of
+day per 30 days (distinct-merchant, familiarity and hour-share counters); per merchant the payment counts and the counts of
 label-delayed fraud instants over 1, 7 and 30 days. A query slides the cursor to its payment's
 time. So a payment in time order costs O(windows), whatever its card or merchant holds: a
 merchant with a million payments a month costs what one with a hundred does. A payment ``x``
 events behind its key's latest (late arrival), or a back-dated report, costs O(x) and a binary
 search, and stays exact (see :mod:`.windows` for each operation's cost).
 
-Memory (measured with tracemalloc on CPython 3.11), bounded by expiry: per card ~1 KB (its log
-and 4 window aggregates) plus ~180 bytes per payment of the last 30 days and the expiry margin (time,
-a (cents, merchant, country) row, counter entries). Per merchant ~1 KB plus 8 bytes per payment of
+Memory (measured with tracemalloc on CPython 3.11), bounded by expiry: per card ~1.3 KB (its log,
+4 window aggregates and a 24-hour counter) plus ~200 bytes per payment of the last 30 days and the
+expiry margin (time, a (cents, merchant, country, hour) row, counter entries). Per merchant ~1 KB plus 8 bytes per payment of
 the same span and 8 per fraud instant in it (reports up to ``label_delay`` ahead included). Per
 payment, for ``label_match_days``: its id, merchant and time (reports are matched against it),
 its first fraud report's time and its expiry entries, ~350 bytes with the strings. Expiry
@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.features import definitions as fd
-from pipeline.features.kernel import MAX_CENTS, US_PER_DAY, US_PER_SECOND, time_features
+from pipeline.features.kernel import MAX_CENTS, US_PER_DAY, US_PER_HOUR, US_PER_SECOND, time_features
 from pipeline.features.params import FeatureParams
 from pipeline.features.windows import Count, WindowedLog, add_to, take_from
 
@@ -75,6 +75,15 @@ _SQ_LOW_MASK = (1 << _SQ_SPLIT) - 1
 _SQ_SCALE = float(1 << _SQ_SPLIT)
 
 
+# What a card's log holds per payment: (cents, merchant, country, UTC hour).
+CardRow = tuple[int, str, str | None, int]
+
+
+def hour_of(ts_us: int) -> int:
+    """:func:`.kernel.hour_of_day` of one instant (Python's floor division is numpy's)."""
+    return ts_us // US_PER_HOUR % 24
+
+
 def cents_of(amount: float) -> int:
     """:func:`.kernel.to_cents` of one amount, without numpy's per-call cost (tested equal)."""
     if math.isnan(amount):
@@ -84,17 +93,18 @@ def cents_of(amount: float) -> int:
 
 class _CardWindow:
     """A card's payments in one window: count, cent sum, squared cents in the kernel's two halves;
-    the window's merchants and countries counted where a feature reads them (else ``None``)."""
+    the window's merchants, countries and hours of day counted where a feature reads them (else ``None``)."""
 
-    __slots__ = ("n", "cents", "sq_high", "sq_low", "merchants", "countries")
+    __slots__ = ("n", "cents", "sq_high", "sq_low", "merchants", "countries", "hours")
 
     def __init__(self, window_us: int) -> None:
         self.n = self.cents = self.sq_high = self.sq_low = 0
         self.merchants: dict | None = {} if window_us in (DISTINCT_MERCHANTS_US, LOOKBACK_US) else None
         self.countries: dict | None = {} if window_us == LOOKBACK_US else None
+        self.hours: list[int] | None = [0] * 24 if window_us == LOOKBACK_US else None
 
-    def add(self, row: tuple[int, str, str | None]) -> None:
-        cents, merchant, country = row
+    def add(self, row: CardRow) -> None:
+        cents, merchant, country, hour = row
         square = cents * cents
         self.n += 1
         self.cents += cents
@@ -104,9 +114,11 @@ class _CardWindow:
             add_to(self.merchants, merchant)
         if self.countries is not None:
             add_to(self.countries, country)
+        if self.hours is not None:
+            self.hours[hour] += 1
 
-    def remove(self, row: tuple[int, str, str | None]) -> None:
-        cents, merchant, country = row
+    def remove(self, row: CardRow) -> None:
+        cents, merchant, country, hour = row
         square = cents * cents
         self.n -= 1
         self.cents -= cents
@@ -116,6 +128,16 @@ class _CardWindow:
             take_from(self.merchants, merchant)
         if self.countries is not None:
             take_from(self.countries, country)
+        if self.hours is not None:
+            self.hours[hour] -= 1
+
+    def near_hour_share(self, hour: int) -> float:
+        """Share of the window's payments within ``HOUR_SHARE_REACH`` hours of ``hour`` (the kernel's
+        integer count over the same float count)."""
+        if self.n == 0:
+            return 0.0
+        near = sum(self.hours[(hour + shift) % 24] for shift in range(-fd.HOUR_SHARE_REACH, fd.HOUR_SHARE_REACH + 1))
+        return near / float(self.n)
 
     def moments(self) -> tuple[float, float, float]:
         """Count, mean and sample std of the amounts, in the kernel's float operations and order."""
@@ -172,6 +194,7 @@ def card_columns(card: WindowedLog, ts_us: int, amount: float, merchant: str, co
     out[fd.CARD_DISTINCT_MERCHANTS_1D] = float(len(windows[_CARD_AT[DISTINCT_MERCHANTS_US]].merchants))
     out[fd.CARD_MERCHANT_TX_COUNT_30D] = float(lookback.merchants.get(merchant, 0))
     out[fd.CARD_COUNTRY_TX_COUNT_30D] = float(lookback.countries.get(country, 0))
+    out[fd.CARD_HOUR_SHARE_30D] = lookback.near_hour_share(hour_of(ts_us))
     return out
 
 
@@ -262,7 +285,8 @@ class OnlineFeatureState:
 
     def _observe_card(self, p: Payment) -> None:
         # Interned: a card's rows and its counters share one string per merchant and country.
-        row = (cents_of(p.amount), sys.intern(p.merchant_id), None if p.country is None else sys.intern(p.country))
+        row: CardRow = (cents_of(p.amount), sys.intern(p.merchant_id),
+                        None if p.country is None else sys.intern(p.country), hour_of(p.ts_us))
         card = self._cards.get(p.card_id)
         if card is None:
             card = self._cards[p.card_id] = _card_log()

@@ -13,7 +13,7 @@ What enters: the features each scored request was decided on, and, after seeding
 store's payments of the latest day (:data:`.features.RECENT_SPAN_US`), or of the expiry margin if that
 is shorter (older ones would read windows the online state has already expired, so their features
 would not be the ones training builds). Only payments of this partition's own cards. A fixed-size
-ring of float64 rows in :data:`FEATURE_COLUMNS` order (``capacity`` x 30 x 8 bytes: 12 MB for
+ring of float64 rows in :data:`FEATURE_COLUMNS` order (``capacity`` x 31 x 8 bytes: 12 MB for
 50,000), oldest overwritten first.
 """
 

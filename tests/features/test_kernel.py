@@ -59,6 +59,10 @@ def brute_card(rows, query) -> dict[str, float]:
     out[fd.CARD_DISTINCT_MERCHANTS_1D] = float(len({r[3] for r in window(86400)}))
     out[fd.CARD_MERCHANT_TX_COUNT_30D] = float(sum(r[3] == merchant for r in month))
     out[fd.CARD_COUNTRY_TX_COUNT_30D] = float(sum(r[4] == country for r in month))
+    hour = (t // (3600 * US_PER_SECOND)) % 24
+    near = [r for r in month if min((r[1] // (3600 * US_PER_SECOND) - hour) % 24,
+                                    (hour - r[1] // (3600 * US_PER_SECOND)) % 24) <= fd.HOUR_SHARE_REACH]
+    out[fd.CARD_HOUR_SHARE_30D] = len(near) / len(month) if month else 0.0
     return out
 
 
@@ -120,6 +124,23 @@ def test_queries_outside_the_history_see_the_same_windows_as_rows_inside_it():
             assert online[name][0] == offline[name][j], name  # bit-identical, not approximately
     # Not all trivially equal: the queries compared include rows with a history in their windows.
     assert (offline[fd.card_count(1)][queried] > 0).any() and (offline[fd.CARD_TX_COUNT_1H][queried] > 0).any()
+
+
+def test_hour_share_wraps_across_midnight_and_reads_only_the_cards_past():
+    day = T0 + 3 * US_PER_DAY
+    rows = [(0, T0 + 23 * H + 5, 1.0, 1, 1),  # 23:00 neighbours 00:00 of the next day
+            (0, T0 + US_PER_DAY + 2 * H, 1.0, 1, 1),  # 02:00: two hours from 00:00, out of reach
+            (0, T0 + 2 * US_PER_DAY + 12 * H, 1.0, 1, 1),  # noon: far
+            (0, day + 30 * 60 * US_PER_SECOND, 1.0, 1, 1),  # the query, 00:30
+            (1, day - 5, 1.0, 1, 1)]  # another card at 23:59:59: not this card's history
+    h = events(rows)
+    f = card_features(h, h)[fd.CARD_HOUR_SHARE_30D]
+    assert f[3] == pytest.approx(1 / 3)
+    assert f[0] == 0.0  # no history: the fill
+    assert f[4] == 0.0
+    # Before 1970 the hour is still the UTC hour (floor division): 23:00 on 1969-12-31 sees 00:00.
+    old = events([(0, -H, 1.0, 1, 1), (0, 0, 1.0, 1, 1), (0, 23 * H, 1.0, 1, 1)])
+    assert card_features(old, old)[fd.CARD_HOUR_SHARE_30D].tolist() == [0.0, 1.0, 1.0]
 
 
 def test_zero_and_huge_amounts_stay_finite():
