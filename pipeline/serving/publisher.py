@@ -199,6 +199,17 @@ class ScorePublisher:
                 self.last_error = f"cannot queue a decision for {self.config.topic!r}: {exc}"
                 return
 
+    def lost(self) -> str | None:
+        """/health's warning when decisions never reached the scores topic (the monitor cannot judge
+        them), else None. Counted since the service started: a lost decision stays lost."""
+        with self._lock:
+            failed, dropped = self.counts["failed"], self.counts["dropped"]
+        if self.kafka is None or not (failed or dropped):
+            return None
+        return (f"scores topic {self.config.topic!r}: {failed} decision(s) failed delivery and {dropped} were dropped "
+                f"from a full queue since the service started (last error: {self.last_error}); the monitor does "
+                f"not see them. Check the broker (`fraudctl broker status`)")
+
     def status(self) -> dict[str, Any]:
         with self._lock:
             counts = dict(self.counts)

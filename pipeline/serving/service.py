@@ -14,7 +14,9 @@ ready at once), then runs the background parts: the alias poll, the rules refres
 expiry, the review-rate check (:mod:`.rate_check`), the event feed, its offset check
 (:mod:`.stream_watch`) and the publisher. :meth:`stop` ends them in reverse order. :meth:`health` is
 ``not_ready`` before a model is live and the features are seeded, ``degraded`` while the review rate
-has been outside its band too long or the event feed is out of its topics' range or stalled, else ``ok``.
+has been outside its band too long or the event feed cannot read its topics, is out of their range or
+stalled, else ``ok``. ``warnings`` name what an operator should know while scoring goes on: a version
+without operating points, decisions that never reached the scores topic.
 """
 
 from __future__ import annotations
@@ -253,8 +255,10 @@ class ScoringService:
         stream = p.feed.status() if p.feed else None
         degraded = ([check.reason] if check.state == "degraded" else []) + (stream["degraded"] if stream else [])
         live = [r.active for r in (p.champion, p.shadow) if r is not None and r.active is not None]
+        warnings = [v.thresholds.warning for v in live if v.thresholds.warning]
+        lost = p.publisher.lost() if p.publisher else None
         return {"status": "not_ready" if not_ready else "degraded" if degraded else "ok", "not_ready": not_ready,
-                "degraded": degraded, "warnings": [v.thresholds.warning for v in live if v.thresholds.warning],
+                "degraded": degraded, "warnings": warnings + ([lost] if lost else []),
                 "started_at": self.started_at, "model": p.champion.status(),
                 "shadow": p.shadow.status() if p.shadow else None, "decision": self._decision_status(),
                 "rates": {f"{w}s": c.to_dict() for w, c in self.rates.windows(self.config.alerts.rate_windows_s).items()},

@@ -18,7 +18,8 @@ A position can stop making sense (the topic was recreated, or retention deleted 
 not read yet) without any error from the broker; and the thread itself can stall. So
 :meth:`EventFeed.check_offsets`, run every ``stream.watch_interval_s`` on a thread of its own, reads
 every partition's offsets and lets :class:`.stream_watch.StreamWatch` judge the positions: /health
-turns degraded while one is out of range or stalled. Under ``stream.on_offset_gap = "earliest"`` the
+turns degraded while one is out of range or stalled, or while the offsets cannot be read (a broker
+down: the features then miss what is sent meanwhile). Under ``stream.on_offset_gap = "earliest"`` the
 feed thread then moves an out-of-range position to the partition's earliest offset (recorded, with
 the skipped range); under ``"wait"`` it stays put until the partition reaches it.
 """
@@ -251,9 +252,12 @@ class EventFeed(BackgroundThread):
         return self.watch.report(self._positions)
 
     def degraded(self, report: WatchReport) -> list[str]:
-        """/health's reasons: each position out of range (ingest's words, then the policy's action) and
-        each stalled one."""
-        return ([describe_gap(g, self.config.on_offset_gap) for g in report.gaps]
+        """/health's reasons: the topics unreadable (the last probe failed), each position out of range
+        (ingest's words, then the policy's action) and each stalled one."""
+        unreadable = ([f"event feed: cannot read the topics ({report.error}); the online features miss every "
+                       f"payment and fraud report sent since, until Kafka answers (retried every "
+                       f"{self.config.watch_interval_s:g} s; what it holds is read then)"] if report.error else [])
+        return (unreadable + [describe_gap(g, self.config.on_offset_gap) for g in report.gaps]
                 + [s.reason() for s in report.stalls])
 
     def status(self) -> dict[str, Any]:

@@ -124,8 +124,9 @@ def stream_families(feed: EventFeed) -> list[Metric]:
     for reason, n in sorted(feed.rejected.items()):
         rejected.add_metric([reason], n)
     report = feed.watch_report()
-    degraded = gauge("stream_degraded", "1 while a position is out of range or stalled (/health: degraded).")
-    degraded.add_metric([], 1 if report.gaps or report.stalls else 0)
+    degraded = gauge("stream_degraded", "1 while the topics cannot be read or a position is out of range or "
+                     "stalled (/health: degraded).")
+    degraded.add_metric([], 1 if feed.degraded(report) else 0)
     return [consumed, rejected, *_offset_families(report, feed.config.on_offset_gap), *_reset_families(report),
             degraded]
 

@@ -49,6 +49,9 @@ class RecordingPublisher:
         return {"queued": len(self.events), "dropped": 0, "published": 0, "failed": 0, "shadow_scored": 0,
                 "shadow_disagreed": 0}
 
+    def lost(self) -> None:
+        return None  # every decision is kept
+
 
 def quick(serving: ServingConfig, **decision) -> ServingConfig:
     """No attribution (thousands of payments per test), ``decision`` keys replaced."""

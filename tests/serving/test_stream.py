@@ -1,6 +1,7 @@
 """Kafka on the real broker: the feed keeps the online features equal to the offline ones, every
 decision reaches the scores topic, and the shadow model is scored beside the champion; positions
-beyond a recreated topic's end and a stalled feed turn /health degraded (stream.on_offset_gap)."""
+beyond a recreated topic's end, a stalled feed and a broker gone away turn /health degraded
+(stream.on_offset_gap), and decisions the scores topic never got are a warning."""
 
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ from pipeline.features import definitions as fd
 from pipeline.features.frame import build_feature_frame
 from pipeline.ingest.offsets import OffsetPlan, OffsetRange, OffsetStore
 from pipeline.kafka.admin import create_topics
+from pipeline.kafka.broker import EmbeddedBroker, free_port
 from pipeline.kafka.producer import publish_records
 from pipeline.kafka.reader import read_topic
+from pipeline.kafka.settings import KafkaConfig
 from pipeline.registry.store import CHALLENGER
 from pipeline.serving.config import ScoresConfig, ServingConfig, StreamConfig
 from pipeline.serving.features import FeatureStore, PaymentTimeRules, payment_from_event
@@ -231,3 +234,36 @@ def test_a_feed_that_stops_while_its_topic_grows_is_degraded_until_it_moves(kafk
     finally:
         features.gate.set()
         feed.stop()
+
+
+def test_a_broker_that_goes_away_degrades_health_warns_of_lost_decisions_and_scoring_goes_on(
+        serving_config, make_service, window, champion, tmp_path, monkeypatch):
+    # An operator's trial: the broker stopped under a running service. Scoring must not stop; /health
+    # must say the features go stale and that decisions are missing from the scores topic.
+    monkeypatch.setattr("pipeline.serving.publisher.DELIVERY_TIMEOUT_S", 2.0)
+    broker = EmbeddedBroker("127.0.0.1", free_port(), tmp_path / "broker.log")  # ours alone: it gets stopped
+    broker.start()
+    try:
+        kafka = KafkaConfig(bootstrap_servers=broker.bootstrap_servers, partitions=1)
+        broker.create_topics(kafka.topics(), kafka.partitions)
+        serving = replace(serving_config, scores=ScoresConfig(topic="scores", create_topic=True),
+                          stream=StreamConfig(seed_from_raw_store=False, watch_interval_s=0.2))
+        rows = records(window.transactions.head(3))
+        with TestClient(app_of(make_service(serving, kafka=kafka))) as http:
+            assert http.post("/score", json=rows[0]).status_code == 200
+            wait_for(lambda: http.get("/health").json()["scores"]["published"] == 1)
+            health = http.get("/health").json()
+            assert health["status"] == "ok" and not [w for w in health["warnings"] if w.startswith("scores topic")]
+            broker.stop()
+            wait_for(lambda: http.get("/health").json()["status"] == "degraded")
+            [reason] = http.get("/health").json()["degraded"]
+            assert reason.startswith("event feed: cannot read the topics (") and "until Kafka answers" in reason
+            assert value(http.get("/metrics").text, "fraud_scoring_stream_degraded") == 1
+            answer = http.post("/score", json=rows[1])
+            assert answer.status_code == 200 and answer.json()["transaction_id"] == rows[1]["transaction_id"]
+            wait_for(lambda: http.get("/health").json()["scores"]["failed"] == 1, timeout_s=30)
+            [warning] = [w for w in http.get("/health").json()["warnings"] if w.startswith("scores topic")]
+            assert warning.startswith("scores topic 'scores': 1 decision(s) failed delivery and 0 were dropped")
+            assert "the monitor does not see them" in warning
+    finally:
+        broker.stop()
