@@ -67,6 +67,7 @@ CARD_COUNTRY_TX_COUNT_30D = "card_country_tx_count_30d"
 # its owner does not: measured, the one "card against its own past" signal that paid on every portfolio.
 CARD_HOUR_SHARE_30D = "card_hour_share_30d"
 HOUR_SHARE_REACH = 1
+HOUR_SHARE_SHIFTS = range(-HOUR_SHARE_REACH, HOUR_SHARE_REACH + 1)  # the hours counted: this one's + shift, mod 24
 TIME_FEATURES = ("hour", "weekday", "is_night", "is_weekend")  # UTC; weekday 0 = Monday
 # The same for every payment of a UTC day: a day's distribution of them is one value, whatever the
 # model or its inputs, so a day compared with training on them always looks broken.

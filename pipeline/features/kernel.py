@@ -36,9 +36,9 @@ MAX_CENTS = 2**31 - 1
 _SQ_SPLIT = 31
 _SQ_LOW_MASK = (1 << _SQ_SPLIT) - 1
 _NO_NEXT = np.iinfo(np.int64).max
-# Below one query per this many history events, the hour share searches a sorted copy of the history
+# With more history events than this per query, the hour share searches a sorted copy of the history
 # instead of passing over it 24 times (see _near_hour_share).
-_FEW_QUERIES_PER_EVENT = 10
+_SEARCH_ABOVE_EVENTS_PER_QUERY = 10
 
 
 @dataclass(frozen=True)
@@ -223,33 +223,32 @@ def _near_hour_share(h: CardEvents, q: CardEvents, start: np.ndarray, end: np.nd
     """:data:`definitions.CARD_HOUR_SHARE_30D` of each query, whose lookback is ``h[start:end]``
     (``n`` events): the history is sorted by (key, time), so a query's lookback is one index range of it.
 
-    Two ways to count a range's events of the neighbouring hours, the same integers either way:
-    many queries (a full night: every event is one) take 24 passes over the history, each a prefix
-    count of one hour's events read at every query of a neighbouring hour; a few queries against a
-    long history (one new day) lay the history on the axis ``hour * (len + 1) + index`` by a stable
-    sort by hour (a linear radix sort of 24 values), where one hour's events inside a range are one
-    run, and search it twice per neighbouring hour. Measured on 1M events: 0.2 s against 1.4 s for
-    every event as a query, 0.12 s against 0.055 s for 32k queries.
+    Two ways to count a range's events of the neighbouring hours, the same integers either way: a
+    few queries against a long history (one new day) lay the history on the axis
+    ``hour * (len + 1) + index`` by a stable sort by hour (a linear radix sort of 24 values), where
+    one hour's events inside a range are one run, and search it twice per neighbouring hour; many queries (a full night: every event is one)
+    take 24 passes over the history instead, each a prefix count of one hour's events read at every
+    query of a neighbouring hour. Measured on 1M events: 0.055 s against 0.12 s for 32k queries,
+    1.4 s against 0.2 s for every event as a query.
     """
-    hours = hour_of_day(h.ts_us).astype(np.int8)
-    query_hour = hour_of_day(q.ts_us)
-    neighbours = range(-fd.HOUR_SHARE_REACH, fd.HOUR_SHARE_REACH + 1)
+    hours = hour_of_day(h.ts_us).astype(np.int8)  # int8: a linear sort, an eighth of the bytes per pass
+    query_hours = hours if q is h else hour_of_day(q.ts_us).astype(np.int8)
     near = np.zeros(len(q), dtype=np.int64)
-    if len(q) * _FEW_QUERIES_PER_EVENT >= len(h):
-        by_hour = np.argsort(query_hour.astype(np.int8), kind="stable")
-        edges = np.searchsorted(query_hour[by_hour], np.arange(25))
+    if len(h) > len(q) * _SEARCH_ABOVE_EVENTS_PER_QUERY:
+        order = np.argsort(hours, kind="stable")
+        axis = hours[order].astype(np.int64) * (len(h) + 1) + order
+        for shift in fd.HOUR_SHARE_SHIFTS:
+            base = (query_hours.astype(np.int64) + shift) % 24 * (len(h) + 1)
+            near += np.searchsorted(axis, base + end, side="left") - np.searchsorted(axis, base + start, side="left")
+    else:
+        by_hour = np.argsort(query_hours, kind="stable")
+        edges = np.searchsorted(query_hours[by_hour], np.arange(25))
         counts = np.zeros(len(h) + 1, dtype=np.int64)
         for hour in range(24):
             np.cumsum(hours == hour, out=counts[1:])
-            for shift in neighbours:  # the queries at hour + shift have this hour within reach
-                queries = by_hour[edges[(hour + shift) % 24]:edges[(hour + shift) % 24 + 1]]
+            for shift in fd.HOUR_SHARE_SHIFTS:  # the queries at hour - shift have this hour within reach
+                queries = by_hour[edges[(hour - shift) % 24]:edges[(hour - shift) % 24 + 1]]
                 near[queries] += counts[end[queries]] - counts[start[queries]]
-    else:
-        order = np.argsort(hours, kind="stable")
-        axis = hours[order].astype(np.int64) * (len(h) + 1) + order
-        for shift in neighbours:
-            base = (query_hour + shift) % 24 * (len(h) + 1)
-            near += np.searchsorted(axis, base + end, side="left") - np.searchsorted(axis, base + start, side="left")
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(n > 0, near / n, 0.0)
 

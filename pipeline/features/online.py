@@ -14,8 +14,8 @@ and :mod:`.definitions`' own functions.
 How: every card and merchant holds its recent events in a :class:`.windows.WindowedLog`, whose
 aggregates are the windows of a query at the log's cursor: per card count, cent sum and squared
 cent halves over 1 h, 1, 7 and 30 days, merchants per day and merchants, countries and hours of
-day per 30 days (distinct-merchant, familiarity and hour-share counters); per merchant the payment counts and the counts of
-label-delayed fraud instants over 1, 7 and 30 days. A query slides the cursor to its payment's
+day per 30 days (distinct-merchant, familiarity and hour-share counters); per merchant the payment
+counts and the counts of label-delayed fraud instants over 1, 7 and 30 days. A query slides the cursor to its payment's
 time. So a payment in time order costs O(windows), whatever its card or merchant holds: a
 merchant with a million payments a month costs what one with a hundred does. A payment ``x``
 events behind its key's latest (late arrival), or a back-dated report, costs O(x) and a binary
@@ -23,10 +23,11 @@ search, and stays exact (see :mod:`.windows` for each operation's cost).
 
 Memory (measured with tracemalloc on CPython 3.11), bounded by expiry: per card ~1.3 KB (its log,
 4 window aggregates and a 24-hour counter) plus ~200 bytes per payment of the last 30 days and the
-expiry margin (time, a (cents, merchant, country, hour) row, counter entries). Per merchant ~1 KB plus 8 bytes per payment of
-the same span and 8 per fraud instant in it (reports up to ``label_delay`` ahead included). Per
-payment, for ``label_match_days``: its id, merchant and time (reports are matched against it),
-its first fraud report's time and its expiry entries, ~350 bytes with the strings. Expiry
+expiry margin (time, a (cents, merchant, country, hour) row, counter entries). Per merchant ~1 KB
+plus 8 bytes per payment of the same span and 8 per fraud instant in it (reports up to
+``label_delay`` ahead included). Per payment, for ``label_match_days``: its id, merchant and time
+(reports are matched against it), its first fraud report's time and its expiry entries, ~350 bytes
+with the strings. Expiry
 (:meth:`OnlineFeatureState.expire`) is incremental: every key is filed under the hours of the
 events it holds (:class:`_ExpiryIndex`), so a call visits only keys that hold something old, at
 most ``budget`` of them, and never walks the whole state.
@@ -136,7 +137,7 @@ class _CardWindow:
         integer count over the same float count)."""
         if self.n == 0:
             return 0.0
-        near = sum(self.hours[(hour + shift) % 24] for shift in range(-fd.HOUR_SHARE_REACH, fd.HOUR_SHARE_REACH + 1))
+        near = sum(self.hours[(hour + shift) % 24] for shift in fd.HOUR_SHARE_SHIFTS)
         return near / float(self.n)
 
     def moments(self) -> tuple[float, float, float]:
