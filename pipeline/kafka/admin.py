@@ -4,7 +4,11 @@ Offsets: some brokers (the embedded Tansu among them) answer ListOffsets(latest)
 offset of the last record batch rather than the true end. :func:`end_offsets` therefore takes
 the high watermark from a real Fetch response, which is right on every broker we know of.
 
-Every client here logs through :data:`pipeline.kafka.settings.LIBRDKAFKA_LOGGER`, not stderr.
+Every client here logs through :data:`pipeline.kafka.settings.LIBRDKAFKA_LOGGER`, not stderr, and
+is closed before its function returns. A librdkafka handle left to Python's cyclic GC is destroyed on
+whichever thread the collection runs, possibly one of librdkafka's own (an admin future's callback
+runs there), which crashes the interpreter (confluent-kafka-python #1761). An exception raised here
+holds its frame, and so the client, in such a cycle: hence ``with`` for every client, never GC.
 """
 
 from __future__ import annotations
@@ -34,39 +38,39 @@ def wait_until_ready(bootstrap_servers: str, timeout_s: float, alive: Callable[[
             break
         except OSError:
             time.sleep(0.05)
-    admin = AdminClient(with_log_routing({"bootstrap.servers": bootstrap_servers}))
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        if not alive():
-            raise KafkaUnavailable(f"broker process at {bootstrap_servers} exited during start-up")
-        try:
-            admin.list_topics(timeout=1.0)
-            return
-        except KafkaException as exc:
-            last = exc
-            time.sleep(0.1)
-        finally:
-            admin.poll(0)  # hand the queued log lines to the logger
+    last = ""  # the error's text, not the exception: that would hold this frame, and the client, in a cycle
+    with AdminClient(with_log_routing({"bootstrap.servers": bootstrap_servers})) as admin:
+        while time.monotonic() < deadline:
+            if not alive():
+                raise KafkaUnavailable(f"broker process at {bootstrap_servers} exited during start-up")
+            try:
+                admin.list_topics(timeout=1.0)
+                return
+            except KafkaException as exc:
+                last = str(exc)
+                time.sleep(0.1)
+            finally:
+                admin.poll(0)  # hand the queued log lines to the logger
     raise KafkaUnavailable(f"no Kafka broker answered at {bootstrap_servers} within {timeout_s:.0f}s ({last})")
 
 
 def create_topics(kafka: KafkaConfig, topics: tuple[str, ...], partitions: int) -> None:
     """Create ``topics`` with ``partitions`` partitions; existing topics are left as they are."""
-    admin = _admin(kafka)
-    existing = set(_list_topics(admin, kafka).topics)
-    wanted = [NewTopic(t, num_partitions=partitions, replication_factor=1) for t in topics if t not in existing]
-    if not wanted:
-        return
-    try:
-        for topic, future in admin.create_topics(wanted, request_timeout=kafka.request_timeout_s).items():
-            try:
-                future.result()
-            except KafkaException as exc:
-                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                    raise KafkaUnavailable(
-                        f"could not create topic {topic!r} on {kafka.bootstrap_servers}: {exc}") from exc
-    finally:
-        admin.poll(0)
+    with _admin(kafka) as admin:
+        existing = set(_list_topics(admin, kafka).topics)
+        wanted = [NewTopic(t, num_partitions=partitions, replication_factor=1) for t in topics if t not in existing]
+        if not wanted:
+            return
+        try:
+            for topic, future in admin.create_topics(wanted, request_timeout=kafka.request_timeout_s).items():
+                try:
+                    future.result()
+                except KafkaException as exc:
+                    if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                        raise KafkaUnavailable(
+                            f"could not create topic {topic!r} on {kafka.bootstrap_servers}: {exc}") from exc
+        finally:
+            admin.poll(0)
 
 
 def _admin(kafka: KafkaConfig) -> AdminClient:
@@ -87,7 +91,8 @@ def _list_topics(admin: AdminClient, kafka: KafkaConfig):
 
 def topic_partitions(kafka: KafkaConfig, topic: str) -> list[int]:
     """Partition ids of ``topic``; ``KafkaUnavailable`` if the topic does not exist."""
-    md = _list_topics(_admin(kafka), kafka)
+    with _admin(kafka) as admin:
+        md = _list_topics(admin, kafka)
     if topic not in md.topics or md.topics[topic].error is not None:
         raise KafkaUnavailable(
             f"topic {topic!r} does not exist on {kafka.bootstrap_servers}; create it (`fraudctl broker start` "

@@ -52,14 +52,14 @@ REPORT_COLUMNS = ("transaction_id", "is_fraud", "reported_at")  # what the join 
 def read_scores(kafka: KafkaConfig, topic: str) -> list[ConsumedRecord] | None:
     """Every record of the scores topic; None when the topic does not exist (nothing was ever scored).
     Raises KafkaUnavailable when the cluster cannot be reached or read."""
-    admin = AdminClient(with_log_routing(kafka.confluent()))
-    try:
-        topics = admin.list_topics(timeout=kafka.request_timeout_s).topics
-    except KafkaException as exc:
-        raise KafkaUnavailable(f"Kafka at {kafka.bootstrap_servers} is unreachable ({exc}); check "
-                               "KAFKA_BOOTSTRAP_SERVERS / --bootstrap-servers") from exc
-    finally:
-        admin.poll(0)
+    with AdminClient(with_log_routing(kafka.confluent())) as admin:  # closed here, never by GC (kafka/admin.py)
+        try:
+            topics = admin.list_topics(timeout=kafka.request_timeout_s).topics
+        except KafkaException as exc:
+            raise KafkaUnavailable(f"Kafka at {kafka.bootstrap_servers} is unreachable ({exc}); check "
+                                   "KAFKA_BOOTSTRAP_SERVERS / --bootstrap-servers") from exc
+        finally:
+            admin.poll(0)
     if topic not in topics or topics[topic].error is not None:
         return None
     return read_topic(kafka, topic)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
-from pipeline.kafka.admin import KafkaUnavailable, end_offsets, topic_partitions
+from pipeline.kafka.admin import KafkaUnavailable, create_topics, end_offsets, topic_partitions, wait_until_ready
 from pipeline.kafka.settings import KafkaConfig
 
 
@@ -37,3 +38,29 @@ def test_missing_topic_and_unreachable_broker_are_explained(kafka_config):
     dead = KafkaConfig(bootstrap_servers="127.0.0.1:1", request_timeout_s=1.0)
     with pytest.raises(KafkaUnavailable, match="unreachable"):
         topic_partitions(dead, "transactions")
+
+
+def _clients_in(exc: BaseException) -> list[AdminClient]:
+    """The admin clients that the frames of ``exc``'s traceback hold: what a kept exception keeps alive."""
+    frames, tb = [], exc.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    return [v for f in frames for v in f.f_locals.values() if isinstance(v, AdminClient)]
+
+
+def test_a_failed_call_leaves_no_open_client_for_the_garbage_collector():
+    # A kept exception holds its frames in a cycle; a librdkafka handle they hold would be destroyed on
+    # whatever thread the collection runs, a librdkafka thread among them: a crash (the CI segfault).
+    dead = KafkaConfig(bootstrap_servers="127.0.0.1:1", request_timeout_s=0.5)
+    failures = []
+    for call in (lambda: topic_partitions(dead, "transactions"), lambda: create_topics(dead, ("t",), 1),
+                 lambda: wait_until_ready(dead.bootstrap_servers, timeout_s=1.0)):
+        with pytest.raises(KafkaUnavailable) as caught:
+            call()
+        failures.append(caught.value)
+    clients = {id(c): c for exc in failures for c in _clients_in(exc)}
+    assert len(clients) == 3  # one client per call
+    for client in clients.values():
+        with pytest.raises(RuntimeError, match="closed"):
+            client.list_topics(timeout=0.1)

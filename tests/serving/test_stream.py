@@ -126,10 +126,10 @@ def produce_rows(kafka, topic: str, rows: list[dict]) -> None:
 
 def recreate_topic(kafka, topic: str) -> None:
     """What a broker restart with in-memory storage does to a topic: it comes back empty."""
-    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
-    for future in admin.delete_topics([topic]).values():
-        future.result()
-    wait_for(lambda: topic not in admin.list_topics(timeout=5).topics, 30)
+    with AdminClient({"bootstrap.servers": kafka.bootstrap_servers}) as admin:  # never destroyed by GC
+        for future in admin.delete_topics([topic]).values():
+            future.result()
+        wait_for(lambda: topic not in admin.list_topics(timeout=5).topics, 30)
     create_topics(kafka, (topic,), kafka.partitions)
 
 
