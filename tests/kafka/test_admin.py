@@ -6,7 +6,13 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from pipeline.kafka.admin import KafkaUnavailable, create_topics, end_offsets, topic_partitions, wait_until_ready
+from pipeline.kafka.admin import (
+    KafkaUnavailable,
+    create_topics,
+    end_offsets,
+    topic_partitions,
+    wait_until_ready,
+)
 from pipeline.kafka.settings import KafkaConfig
 
 
