@@ -11,8 +11,11 @@ Each shard covers the night's date ``D`` and its 30-day lookback. Its days befor
 one run; then, for each size:
 
 1. **identity check**: the new shards' payments of ``D`` (a night's new records) looked up in the
-   identity index of everything committed (:meth:`pipeline.ingest.id_index.IdIndex.lookup`, as an ingest
-   read task does), in a fresh process; then those payments are committed as the night's runs;
+   identity index of everything committed, each way in a fresh process: all of them in one process
+   (:meth:`pipeline.ingest.id_index.IdIndex.lookup`, what every read task did before the lookup was
+   sharded), and one lookup task's share (:func:`pipeline.ingest.store_copies.lookup_buckets` over one
+   of the index's 16 buckets, from the night's probe: what each of ``[raw] index_lookup_tasks`` = 16
+   tasks does); then those payments are committed as the night's runs;
 2. **feature night**: ``D``'s feature partition computed into a fresh feature table by the ``spark``
    engine (:mod:`pipeline.ingest.feature_update`) on ``local-cluster[2,1,1024]``, in a fresh process as
    the nightly's spark-submit is; the ``local`` engine (the same step in one process) is its peer at the
@@ -57,10 +60,11 @@ from pipeline.datasets.manifest import DateWindow
 from pipeline.features import definitions as fd
 from pipeline.ingest.config import load_ingest_config
 from pipeline.ingest.dataset_plan import DatasetPlan
-from pipeline.ingest.id_index import BUCKETS
+from pipeline.ingest.id_index import BUCKET_BITS, BUCKETS
 from pipeline.ingest.identity import identity_hashes
 from pipeline.ingest.raw_commit import commit_raw_run, raw_table
 from pipeline.ingest.raw_layout import RawStore
+from pipeline.ingest.store_copies import PROBE_SUFFIX, lookup_buckets, write_probe
 from pipeline.paths import state_dir
 from pipeline.simulation import SimulationConfig, load_simulation_config, simulate
 
@@ -152,13 +156,23 @@ def run_child(args: list[str]) -> tuple[dict, TreePeaks]:
 # ---- the two phases, each in its own process ---------------------------------------------------------
 
 
-def check_phase(store: Path, records: Path) -> dict:
-    """Identity check of ``records`` (raw transactions) against the store's index: seconds and hits."""
+def check_phase(store: Path, records: Path, way: str) -> dict:
+    """Identity check of ``records`` (raw transactions) against the store's index, ``way`` "whole" (every
+    record in this process) or "task" (one lookup task: bucket 0's records, from a probe of them all):
+    seconds, records looked up, hits."""
     rows = pq.read_table(records)
-    started = time.perf_counter()
+    index = RawStore(store).id_index(Kind.TRANSACTION)
     ids = identity_hashes(rows, Kind.TRANSACTION)
-    matches = RawStore(store).id_index(Kind.TRANSACTION).lookup(ids)
-    return {"seconds": time.perf_counter() - started, "records": rows.num_rows, "found": int(matches.found.sum())}
+    if way == "whole":
+        started = time.perf_counter()
+        found = int(index.lookup(ids).found.sum())
+        return {"seconds": time.perf_counter() - started, "records": rows.num_rows, "found": found}
+    probe = records.with_name(records.stem + PROBE_SUFFIX)
+    write_probe(probe, ids)  # what the night's read tasks write (one probe here, many there: the same slices)
+    started = time.perf_counter()
+    found = lookup_buckets(str(index.root), index.segments, [str(probe)], 0, 1).num_rows
+    in_bucket = int((ids["h1"] >> np.uint64(64 - BUCKET_BITS) == 0).sum())
+    return {"seconds": time.perf_counter() - started, "records": in_bucket, "found": found}
 
 
 def shuffle_write_bytes(spark) -> int:
@@ -246,7 +260,8 @@ def run(quick: bool) -> dict:
             records = root / f"night-{multiple}.parquet"
             night_tx = pd.concat([n.transactions for n in nights], ignore_index=True)
             pq.write_table(raw_table(Kind.TRANSACTION, night_tx), records)
-            check, check_peaks = run_child(["check", str(store.root), str(records)])
+            check, check_peaks = run_child(["check", str(store.root), str(records), "whole"])
+            task, task_peaks = run_child(["check", str(store.root), str(records), "task"])
             with store.locked():
                 for i, night in enumerate(nights):
                     commit_raw_run(store, f"night-{multiple}-{i}", night.transactions, night.labels)
@@ -266,6 +281,9 @@ def run(quick: bool) -> dict:
                 "identity_check_s": round(check["seconds"], 4), "identity_check_records": check["records"],
                 "identity_check_s_per_million": round(check["seconds"] / check["records"] * 1e6, 3),
                 "identity_check_peak_rss_mb": check_peaks.mb("driver_python"),
+                "identity_task_s": round(task["seconds"], 4), "identity_task_records": task["records"],
+                "identity_task_s_per_million": round(task["seconds"] / max(task["records"], 1) * 1e6, 3),
+                "identity_task_peak_rss_mb": task_peaks.mb("driver_python"),
             }
             size["index_entries"], size["index_bytes"] = live_index(store)
             size["s_per_million"] = round(spark["seconds"] / size["payments_per_day"] * 1e6, 3)
@@ -315,12 +333,13 @@ def main(argv: list[str] | None = None) -> None:
     check = phases.add_parser("check")
     check.add_argument("store", type=Path)
     check.add_argument("records", type=Path)
+    check.add_argument("way", choices=("whole", "task"))
     features = phases.add_parser("features")
     features.add_argument("store", type=Path)
     features.add_argument("table", type=Path)
     features.add_argument("engine", choices=("local", "spark"))
     args = parser.parse_args(argv)
-    result = check_phase(args.store, args.records) if args.phase == "check" else \
+    result = check_phase(args.store, args.records, args.way) if args.phase == "check" else \
         features_phase(args.store, args.table, args.engine)
     print(json.dumps(result))
 

@@ -16,6 +16,7 @@ from typing import Literal
 
 from pipeline.config import ConfigError, env_override, load_section
 from pipeline.features.params import FeatureParams
+from pipeline.ingest.id_index import BUCKETS
 from pipeline.paths import resolve_state_path, state_dir
 
 
@@ -45,6 +46,10 @@ class SourceConfig:
     stall_timeout_s: float = 30.0  # a read task fails if its partition yields nothing for this long
 
 
+IndexLookup = Literal["driver", "spark"]
+INDEX_LOOKUPS: tuple[str, ...] = typing.get_args(IndexLookup)
+
+
 @dataclass(frozen=True)
 class RawStoreConfig:
     """Where the raw store lives and which records ingest refuses by their timing."""
@@ -58,6 +63,11 @@ class RawStoreConfig:
     # also kept in the quarantine (its bytes, and where the first copy is). Conflicting copies
     # (same id, different content) are always quarantined.
     quarantine_duplicates: bool = True
+    # Where a run's records are looked up in the identity index, shard by shard (pipeline.ingest.store_copies):
+    # "driver" (one bucket after another in the ingest process: no Spark job, faster on small nights)
+    # or "spark" (index_lookup_tasks tasks on the executors, each mapping only its buckets' shards).
+    index_lookup: IndexLookup = "driver"
+    index_lookup_tasks: int = 16
 
     def root(self) -> Path:
         return resolve_state_path(self.path)
@@ -191,6 +201,11 @@ def validate_ingest_config(config: IngestConfig, source: str = "ingest.toml") ->
         problems.append("source.max_records_per_split and source.fetch_batch must be >= 1")
     if config.raw.max_lateness_days <= 0 or config.raw.max_clock_skew_s < 0:
         problems.append("raw.max_lateness_days must be > 0 and raw.max_clock_skew_s >= 0")
+    if config.raw.index_lookup not in INDEX_LOOKUPS:
+        problems.append(f"raw.index_lookup must be one of {', '.join(INDEX_LOOKUPS)}, got {config.raw.index_lookup!r}")
+    if not 1 <= config.raw.index_lookup_tasks <= BUCKETS:
+        problems.append(f"raw.index_lookup_tasks must be in [1, {BUCKETS}] (one task per index bucket at most), "
+                        f"got {config.raw.index_lookup_tasks}")
     if config.features.label_delay_hours < 0 or config.features.label_match_days < 1:
         problems.append("features.label_delay_hours must be >= 0 and features.label_match_days >= 1")
     if config.features.engine not in FEATURE_ENGINES:

@@ -17,14 +17,11 @@ later copies are still duplicates of it. The partition watermark that decides la
 every record the contract and the future screen accepted, duplicates included (their times are
 times the partition has seen), so lateness never depends on this classification.
 
-Two places apply this, so that a night of resends rewrites nothing:
-
-* the read tasks (:func:`mark_store_copies`, batch by batch) look their records up in the
-  identity index: a copy of a stored event is quarantined (or only counted) from the start and
-  never lands as valid or late. The look-up is O(the batch x log history);
-* the driver (:func:`classify_copies`, pure numpy over the hashes the read tasks wrote beside
-  their files) finds the copies *within* the run, which no single read task can see, among what
-  the tasks kept (valid or late).
+Both kinds of copy are settled on the driver after the read tasks landed the run
+(:mod:`pipeline.ingest.run_copies`), from the hashes the tasks wrote beside their files: which
+records the store already holds comes from the identity index looked up shard by shard
+(:mod:`pipeline.ingest.store_copies`), and :func:`classify_copies` finds the copies *within* the
+run, which no single read task can see. Only the landed files that hold a copy are rewritten.
 """
 
 from __future__ import annotations
@@ -36,10 +33,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.contract import Kind, RejectReason
-from pipeline.ingest.id_index import IdIndex, Matches
-from pipeline.ingest.identity import IDENTITY_BY_KIND, RowHashes
+from pipeline.ingest.id_index import Matches
 from pipeline.ingest.raw_layout import DATE_COLUMN_BY_KIND, RUN_ID, TABLE_BY_KIND
-from pipeline.ingest.validate import DETAIL, FIELD, REASON
 
 ARRIVAL = "kafka_timestamp"
 KEEP, DUPLICATE, CONFLICTING = 0, 1, 2  # outcome codes: keep the landing verdict (valid or late), or a copy
@@ -112,30 +107,3 @@ def run_copy_details(identical: np.ndarray, partition: np.ndarray, offset: np.nd
     return pc.binary_join_element_wise(
         _what(identical), " of this event came first in this run at partition ", as_text(partition), " offset ",
         as_text(offset), " (", state, ")", "")
-
-
-def mark_store_copies(table: pa.Table, kind: Kind, index: IdIndex, runs: list[str], hashes: RowHashes) -> pa.Table:
-    """Re-mark the records of one classified batch (:func:`pipeline.ingest.classify.classify_batch`)
-    whose identity the store already holds: accepted or late, each becomes ``DUPLICATE`` or
-    ``CONFLICTING_DUPLICATE`` against the stored content, with the stored copy's place as detail.
-    ``runs``: the commit log's run ids (an index entry names its run by position); ``hashes``: the
-    batch's (its rows, in order)."""
-    reasons = table[REASON]
-    open_rows = np.flatnonzero(pc.fill_null(pc.equal(reasons, LATE), True).to_numpy(zero_copy_only=False))
-    if not len(open_rows) or not index.segments:
-        return table
-    stored = index.lookup(hashes.identities(open_rows))
-    if not stored.found.any():
-        return table
-    hit = np.flatnonzero(stored.found)
-    identical = hashes.contents(open_rows[hit]) == stored.contents[hit]
-    mask = np.zeros(table.num_rows, bool)
-    mask[open_rows[hit]] = True  # ascending, like ``hit``: the replacements below go in this order
-    run_ids = np.asarray(runs, object)[stored.runs[hit]]
-    replacements = {REASON: pa.array(np.where(identical, *COPY_REASONS)),
-                    FIELD: pa.array(np.full(len(hit), IDENTITY_BY_KIND[kind][0], object), pa.string()),
-                    DETAIL: stored_copy_details(kind, identical, stored.days[hit], run_ids)}
-    for name, values in replacements.items():
-        column = pc.replace_with_mask(table[name].combine_chunks(), pa.array(mask), values.cast(table[name].type))
-        table = table.set_column(table.schema.get_field_index(name), name, column)
-    return table

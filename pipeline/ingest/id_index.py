@@ -165,7 +165,7 @@ class IdIndex:
     def __init__(self, root: Path, segments: list[str]) -> None:
         self.root = Path(root)
         self.segments = sorted(segments, key=segment_span)
-        self._mapped: dict[tuple[str, int], np.ndarray] = {}  # a read task looks up batch after batch
+        self._mapped: dict[tuple[str, int], np.ndarray] = {}  # for callers that look up call after call
 
     def _bucket_path(self, segment: str, bucket: int) -> Path:
         return self.root / segment / f"bucket-{bucket:02d}.npy"
@@ -189,9 +189,8 @@ class IdIndex:
     def lookup(self, ids: np.ndarray, keep_mapped: bool = True) -> Matches:
         """Which of ``ids`` (:data:`IDENTITY` hashes) the live segments hold, and their entries.
 
-        ``keep_mapped``: keep every bucket mapped for the next call (a read task looks up batch after
-        batch). A one-shot lookup in a long-lived process (the night's fraud reports, on the driver)
-        passes False: each bucket is unmapped once searched, so the process holds the pages of at most
+        ``keep_mapped``: keep every bucket mapped for the next call. A one-shot lookup in a long-lived
+        process (the night's fraud reports, on the driver; a run's records, bucket by bucket) passes False: each bucket is unmapped once searched, so the process holds the pages of at most
         one bucket (a sixteenth of the touched index) instead of every page it touched."""
         n = len(ids)
         found = np.zeros(n, bool)

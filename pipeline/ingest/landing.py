@@ -1,13 +1,16 @@
 """Land classified records in the raw store from inside the Kafka read tasks.
 
 Each read task (one offset range of one partition) validates and screens its Arrow batches
-(:func:`pipeline.ingest.classify.classify_batch`), marks the copies of events the store already
-holds (:func:`pipeline.ingest.duplicates.mark_store_copies`) and writes them with pyarrow straight into this
+(:func:`pipeline.ingest.classify.classify_batch`) and writes them with pyarrow straight into this
 run's directories: accepted records to ``<table>/<date column>=D/run_id=R/``, refused ones to
 ``quarantine/run_id=R/``, and the hashes of the rows it left valid or late to the run's row hashes
-(``_state/run_hashes/run_id=R/``: the driver settles copies within the run from them). It hands the JVM one summary row (counts per outcome, the partition's
-watermark, files written), not the records: Spark schedules and retries the tasks, while the
-bytes go Kafka -> Arrow -> Parquet without row conversions.
+(``_state/run_hashes/run_id=R/``), with their identities sorted into a probe
+(:func:`pipeline.ingest.store_copies.write_probe`). From these, after the read, the copies of stored
+events are found shard by shard of the identity index (:mod:`pipeline.ingest.store_copies`) and the
+copies within the run on the driver (:mod:`pipeline.ingest.run_copies`): a read task maps no index.
+It hands the JVM one summary row (counts per outcome, the partition's watermark, files written), not
+the records: Spark schedules and retries the tasks, while the bytes go Kafka -> Arrow -> Parquet
+without row conversions.
 
 Safe to retry: file names derive from (topic, partition, first offset, date), and every file is
 written under a dot-name and renamed when complete (:func:`pipeline.atomic.atomic_path`), so a
@@ -31,9 +34,8 @@ import pyarrow.parquet as pq
 from pipeline.atomic import atomic_path
 from pipeline.contract import TIME_FIELD_BY_KIND, Kind, RejectReason
 from pipeline.ingest.classify import classify_batch
-from pipeline.ingest.duplicates import COPY_REASONS, LATE, mark_store_copies
-from pipeline.ingest.id_index import IdIndex
-from pipeline.ingest.identity import RowHashes, as_int64
+from pipeline.ingest.duplicates import COPY_REASONS, LATE
+from pipeline.ingest.identity import IDENTITY, RowHashes, as_int64
 from pipeline.ingest.kafka_source import BatchTransform
 from pipeline.ingest.raw_layout import (
     DATE_COLUMN_BY_KIND,
@@ -46,6 +48,7 @@ from pipeline.ingest.raw_layout import (
     raw_arrow_schema,
     run_hashes_arrow_schema,
 )
+from pipeline.ingest.store_copies import probe_path, write_probe
 from pipeline.ingest.timing import ReadState, TimingRules
 from pipeline.ingest.validate import REASON
 
@@ -181,9 +184,10 @@ class _Tally:
 
 
 def _write(table: pa.Table, kind: Kind, run_id: str, stem: str, files: _Files, hashes: RowHashes,
-           quarantine_identical: bool) -> None:
+           quarantine_identical: bool) -> np.ndarray:
     """Accepted rows to their date partitions, refused rows to the quarantine (identical copies
-    only when ``quarantine_identical``: otherwise they are only counted)."""
+    only when ``quarantine_identical``: otherwise they are only counted); returns the identities
+    of the rows left valid or late (what the row hashes got)."""
     raw = _raw_rows(table, kind)
     days = pc.cast(raw[TIME_FIELD_BY_KIND[kind]], pa.date32())
     for day in pc.unique(days).to_pylist():
@@ -192,24 +196,33 @@ def _write(table: pa.Table, kind: Kind, run_id: str, stem: str, files: _Files, h
                   rows)
     files.add(f"{QUARANTINE}/{RUN_ID}={run_id}/{kind.value}-{stem}.parquet",
               _quarantine_rows(table, kind, hashes, quarantine_identical))
-    files.add(f"{RUN_HASHES}/{RUN_ID}={run_id}/{kind.value}-{stem}.parquet", _run_hash_rows(table, kind, hashes))
+    open_rows = _run_hash_rows(table, kind, hashes)
+    files.add(_hashes_relpath(kind, run_id, stem), open_rows)
+    ids = np.empty(open_rows.num_rows, IDENTITY)
+    ids["h1"], ids["h2"] = (open_rows[name].to_numpy().view(np.uint64) for name in ("id_h1", "id_h2"))
+    return ids
+
+
+def _hashes_relpath(kind: Kind, run_id: str, stem: str) -> str:
+    return f"{RUN_HASHES}/{RUN_ID}={run_id}/{kind.value}-{stem}.parquet"
 
 
 def land_stream(batches: Iterator[pa.RecordBatch], args: dict) -> Iterator[pa.RecordBatch]:
     """The :class:`BatchTransform` entry point (``args`` from :func:`landing_transform`): classify
     and write every batch, then yield one summary row (nothing for an empty range)."""
     kind, rules = Kind(args["kind"]), TimingRules.from_dict(args["rules"])
-    stored = IdIndex(Path(args["index_root"]), args["index_segments"])
     state = ReadState(dict(rules.committed_watermarks))
-    files, tally = _Files(Path(args["root"])), _Tally()
+    files, tally, identities = _Files(Path(args["root"])), _Tally(), []
     for batch in batches:
         if batch.num_rows:
-            classified = classify_batch(batch, kind, rules, state)
-            hashes = RowHashes(classified, kind)
-            table = mark_store_copies(classified, kind, stored, args["runs"], hashes)
+            table = classify_batch(batch, kind, rules, state)
             tally.add(table)
-            _write(table, kind, args["run_id"], tally.stem, files, hashes, args["quarantine_duplicates"])
+            identities.append(_write(table, kind, args["run_id"], tally.stem, files, RowHashes(table, kind),
+                                     args["quarantine_duplicates"]))
     if tally.read:
+        ids = np.concatenate(identities)
+        if len(ids):  # written before the summary: the driver reads probes of the files it lists
+            write_probe(probe_path(files.root / _hashes_relpath(kind, args["run_id"], tally.stem)), ids)
         written = {path: rows for path, rows in files.close().items() if not path.startswith(RUN_HASHES)}
         yield _summary_batch(ChunkSummary(tally.topic, tally.partition, tally.first, tally.last, tally.read,
                                           tally.outcomes, state.watermark(tally.partition), written))
@@ -222,13 +235,11 @@ def _summary_batch(s: ChunkSummary) -> pa.RecordBatch:
         "watermark": pa.array([s.watermark], pa.int64()), "files": [json.dumps(s.files)]})
 
 
-def landing_transform(kind: Kind, rules: TimingRules, run_id: str, root: Path, stored: IdIndex,
-                      runs: list[str], quarantine_duplicates: bool = True) -> BatchTransform:
-    """The read tasks' work for one topic: ``stored`` is the committed identity index of ``kind``
-    and ``runs`` the commit log's run ids (the tasks only read them; nothing changes before the commit)."""
+def landing_transform(kind: Kind, rules: TimingRules, run_id: str, root: Path,
+                      quarantine_duplicates: bool = True) -> BatchTransform:
+    """The read tasks' work for one topic (they write only under ``run_id``: nothing changes before the commit)."""
     return BatchTransform("pipeline.ingest.landing:land_stream",
                           {"kind": kind.value, "rules": asdict(rules), "run_id": run_id, "root": str(root),
-                           "index_root": str(stored.root), "index_segments": list(stored.segments), "runs": list(runs),
                            "quarantine_duplicates": quarantine_duplicates},
                           SUMMARY_DDL)
 

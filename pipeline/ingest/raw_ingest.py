@@ -6,8 +6,9 @@ Order of effects (what makes a SIGKILL at any point safe):
    index once for a store that predates it (:mod:`pipeline.ingest.index_build`);
 2. plan ``[committed, end)`` per partition, end taken once from ``pipeline.kafka.admin.end_offsets``;
 3. per topic: the Kafka read tasks write accepted and refused records under this run's id
-   (invisible so far), copies of events already in the store refused as such, late or not; copies
-   of each other within this run then become duplicates (:mod:`pipeline.ingest.run_copies`);
+   (invisible so far); then copies of events already in the store (found shard by shard of the
+   identity index, :mod:`pipeline.ingest.store_copies`) and of each other within this run become
+   duplicates, late or not (:mod:`pipeline.ingest.run_copies`);
    labels whose transaction is in neither the store nor this run are counted. The labels are read while the transactions' copies
    are settled, and settled after them;
 4. check that the files hold exactly what was accounted, write the run's identity-index segments
@@ -41,6 +42,7 @@ from pipeline.ingest.orphans import count_orphan_labels
 from pipeline.ingest.progress import Progress
 from pipeline.ingest.raw_layout import TABLE_BY_KIND, RawStore
 from pipeline.ingest.run_copies import RunCopies, settle_copies
+from pipeline.ingest.store_copies import StoreLookup
 from pipeline.ingest.timing import LATENESS_SCREENED, TimingRules
 from pipeline.kafka.admin import end_offsets
 from pipeline.kafka.settings import KafkaConfig
@@ -101,8 +103,7 @@ def land_topic(run: IngestRun, plan: OffsetPlan, kind: Kind) -> list[ChunkSummar
     watermarks = store.committed().watermarks.get(plan.topic, {}) if kind in LATENESS_SCREENED else {}
     rules = TimingRules(raw.max_lateness_days, raw.max_clock_skew_s, int(run.started.timestamp() * 1_000_000),
                         watermarks)
-    transform = landing_transform(kind, rules, run.run_id, store.root, store.id_index(kind), store.committed().runs,
-                                  raw.quarantine_duplicates)
+    transform = landing_transform(kind, rules, run.run_id, store.root, raw.quarantine_duplicates)
     landed = read_kafka(run.spark, run.kafka, list(plan.ranges), run.config.source, run.allow_data_loss, transform)
     return parse_summaries(landed.collect())
 
@@ -135,7 +136,8 @@ def check_landed(run: IngestRun, plan: OffsetPlan, kind: Kind, landed: _Landed,
         return LandedTopic(account(plan, kind.value, {}, {}), {}, RunCopies.none())
     store, raw = run.store, run.config.raw
     with run.progress.stage(f"{kind.value}s: duplicates + check") as counts:
-        copies = settle_copies(store, kind, run.run_id, run.ordinal, raw.quarantine_duplicates)
+        lookup = StoreLookup(run.spark if raw.index_lookup == "spark" else None, raw.index_lookup_tasks)
+        copies = settle_copies(store, kind, run.run_id, run.ordinal, raw.quarantine_duplicates, lookup)
         orphans = count_orphan_labels(store.run_files(run.run_id, Kind.LABEL)[0], store.id_index(Kind.TRANSACTION),
                                       transactions.copies.kept.ids) if kind is Kind.LABEL else 0
         accounting = account(plan, kind.value, landed.read, landed.outcomes, copies.moves, orphans)

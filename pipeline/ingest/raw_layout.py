@@ -10,11 +10,14 @@ Layout under the store root (``<state>/raw`` by default)::
     _state/lock                                                       # one writer at a time
     _state/store.json                                                 # the store's id (RawStore.store_id)
     _state/run_hashes/run_id=<run>/<kind>-*.parquet                   # a landing run's row hashes (see below)
+    _state/run_hashes/run_id=<run>/<kind>-*.probe.npy                 # ... their identities sorted (store_copies.py)
     _index/<table>/<runs>/bucket-XX.npy                               # identity index (see id_index.py)
 
 Each read task also writes, beside its files, the hashes of the rows it left valid or late, in its
-files' row order (:func:`run_hashes_arrow_schema`): the driver finds the run's copies from them
-without reading the landed rows back (:mod:`pipeline.ingest.run_copies`). They serve one run only:
+files' row order (:func:`run_hashes_arrow_schema`), and their identities sorted into a probe: the
+identity index is looked up from the probes shard by shard (:mod:`pipeline.ingest.store_copies`) and
+the driver finds the run's copies from the hashes without reading the landed rows back
+(:mod:`pipeline.ingest.run_copies`). They serve one run only:
 deleted after its commit, and with every uncommitted run's files.
 
 Raw rows carry their Kafka position and key, the typed contract fields and ``payload``, the

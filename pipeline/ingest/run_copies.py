@@ -1,11 +1,12 @@
-"""Find and move the copies within one run (:mod:`pipeline.ingest.duplicates`) in its landed files.
+"""Find and move the copies among one run's landed records (:mod:`pipeline.ingest.duplicates`).
 
-The read tasks landed the run's records as valid (raw files) or refused (quarantine files), and
-refused the copies of stored events already. Beside its files, each task wrote the hashes of the
-rows it left valid or late (``LATE_EVENT``), in its files' row order (the raw store's run hashes,
-:func:`pipeline.ingest.raw_layout.run_hashes_arrow_schema`). On the driver, before the commit, this
-module classifies those rows in one frame (a copy of another read task's record is only visible
-here) from the hashes alone, and reads and rewrites a landed file only where a copy was found:
+The read tasks landed the run's records as valid (raw files) or refused (quarantine files). Beside its
+files, each task wrote the hashes of the rows it left valid or late (``LATE_EVENT``), in its files' row
+order (the raw store's run hashes, :func:`pipeline.ingest.raw_layout.run_hashes_arrow_schema`), and
+their identities sorted into a probe. On the driver, before the commit, this module asks the identity
+index which of those rows the store already holds (:class:`pipeline.ingest.store_copies.StoreLookup`,
+shard by shard), classifies the rows in one frame (a copy of another read task's record is only
+visible here) from the hashes alone, and reads and rewrites a landed file only where a copy was found:
 
 * a valid row that is a copy leaves its raw file for ``quarantine/run_id=R/<kind>-copies.parquet``;
 * a late row that is a copy is re-marked in its quarantine file (``DUPLICATE`` or
@@ -13,12 +14,13 @@ here) from the hashes alone, and reads and rewrites a landed file only where a c
 * identical copies are dropped instead of quarantined when ``[raw] quarantine_duplicates = false``
   (they are still counted).
 
-So a night without copies within the run costs O(its rows) of small hash columns, not a read-back of
-every landed payload (measured by ``fraudctl bench ingest``). :class:`RunCopies` returns the moves that
-the accounting applies to the read tasks' counts, and the index entries of the rows that stay valid (a
-transaction's entry id is what a label's ``transaction_id`` hashes to: orphan labels are checked
-against them). Nothing here is visible before the commit: a killed run leaves uncommitted files,
-which the next run deletes.
+A copy's detail names its first copy: the raw store's partition and run that hold it, or its Kafka
+position in this run. So a night without copies costs O(its rows) of small hash columns, not a
+read-back of every landed payload (measured by ``fraudctl bench ingest``); a night of resends rewrites
+the files that hold them. :class:`RunCopies` returns the moves that the accounting applies to the read
+tasks' counts, and the index entries of the rows that stay valid (a transaction's entry id is what a
+label's ``transaction_id`` hashes to: orphan labels are checked against them). Nothing here is visible
+before the commit: a killed run leaves uncommitted files, which the next run deletes.
 """
 
 from __future__ import annotations
@@ -42,8 +44,9 @@ from pipeline.ingest.duplicates import (
     arrival_order,
     classify_copies,
     run_copy_details,
+    stored_copy_details,
 )
-from pipeline.ingest.id_index import Entries, Matches
+from pipeline.ingest.id_index import Entries, IdIndex
 from pipeline.ingest.identity import IDENTITY, IDENTITY_BY_KIND, from_int64
 from pipeline.ingest.raw_layout import (
     DATE_COLUMN_BY_KIND,
@@ -55,6 +58,7 @@ from pipeline.ingest.raw_layout import (
     quarantine_arrow_schema,
     write_table_atomic,
 )
+from pipeline.ingest.store_copies import StoreLookup
 from pipeline.ingest.validate import DETAIL, FIELD, REASON
 
 
@@ -110,30 +114,47 @@ def _as_quarantine(rows: pa.Table, kind: Kind, reasons: np.ndarray, details: np.
     return pa.table([columns[f.name] if f.name in columns else rows[f.name] for f in schema], schema=schema)
 
 
-def _details(rows: _RunRows, copies: Copies) -> np.ndarray:
-    """The quarantine detail of each copy (object array parallel to ``rows``; None where no copy)."""
+def _details(kind: Kind, rows: _RunRows, copies: Copies, stored_days: np.ndarray, stored_runs: np.ndarray) -> np.ndarray:
+    """The quarantine detail of each copy (object array parallel to ``rows``; None where no copy):
+    where its first copy is, in the store (``stored_*``: the date and run id of each row's stored
+    entry) or in this run."""
     details = np.full(len(rows.ids), None, object)
-    hit = np.flatnonzero(copies.outcome)
-    if len(hit):
-        first = copies.first_row[hit]
-        details[hit] = run_copy_details(copies.outcome[hit] == DUPLICATE, rows.partition[first], rows.offset[first],
-                                        ~rows.late[first]).to_numpy(zero_copy_only=False)
+    copy = copies.outcome != KEEP
+    identical = copies.outcome == DUPLICATE
+    in_run = np.flatnonzero(copy & ~copies.first_in_store)
+    if len(in_run):
+        first = copies.first_row[in_run]
+        details[in_run] = run_copy_details(identical[in_run], rows.partition[first], rows.offset[first],
+                                           ~rows.late[first]).to_numpy(zero_copy_only=False)
+    in_store = np.flatnonzero(copy & copies.first_in_store)
+    if len(in_store):
+        details[in_store] = stored_copy_details(kind, identical[in_store], stored_days[in_store],
+                                                stored_runs[in_store]).to_numpy(zero_copy_only=False)
     return details
 
 
-def settle_copies(store: RawStore, kind: Kind, run_id: str, run_ordinal: int, quarantine_identical: bool) -> RunCopies:
+def settle_copies(store: RawStore, kind: Kind, run_id: str, run_ordinal: int, quarantine_identical: bool,
+                  lookup: StoreLookup | None = None, index: IdIndex | None = None) -> RunCopies:
     """Classify and move the copies among run ``run_id``'s landed rows of ``kind`` (see module doc);
-    ``run_ordinal`` is the run's position in the commit log once committed (its index entries')."""
+    ``run_ordinal`` is the run's position in the commit log once committed (its index entries').
+    ``index``: the committed identity index of ``kind`` (default: the store's), looked up by ``lookup``
+    (default: on the driver)."""
     paths = store.run_hash_files(run_id, kind)
     if not paths:
         return RunCopies.none()
     rows = _read_run_rows(paths, kind)
     _check_raw_rows(store, kind, run_id, rows)
-    # The read tasks refused copies of stored events: what is left can only copy this run's own.
-    copies = classify_copies(rows.ids, rows.arrival, rows.partition, rows.offset, rows.contents,
-                             Matches.none(len(rows.ids)))
+    stored = (lookup or StoreLookup()).matches(index or store.id_index(kind), paths)
+    if len(stored.found) != len(rows.ids):
+        raise RunHashesMismatch(f"run {run_id}'s {TABLE_BY_KIND[kind]} probes hold {len(stored.found)} rows, its "
+                                f"row hashes {len(rows.ids)}: the run is not committed; rerun it (its files are "
+                                "discarded first)")
+    copies = classify_copies(rows.ids, rows.arrival, rows.partition, rows.offset, rows.contents, stored)
     if copies.outcome.any():
-        _move_copies(store, kind, run_id, rows, copies, quarantine_identical)
+        run_ids = np.asarray(store.committed().runs, object)[stored.runs] if stored.found.any() \
+            else np.full(len(rows.ids), None, object)
+        _move_copies(store, kind, run_id, rows, copies, _details(kind, rows, copies, stored.days, run_ids),
+                     quarantine_identical)
     is_raw = ~rows.late
     kept = np.flatnonzero(is_raw & (copies.outcome == KEEP))
     moves = CopyMoves(copies.count(DUPLICATE, is_raw), copies.count(CONFLICTING, is_raw),
@@ -164,10 +185,9 @@ def _check_raw_rows(store: RawStore, kind: Kind, run_id: str, rows: _RunRows) ->
                                 "(its files are discarded first)")
 
 
-def _move_copies(store: RawStore, kind: Kind, run_id: str, rows: _RunRows, copies: Copies,
+def _move_copies(store: RawStore, kind: Kind, run_id: str, rows: _RunRows, copies: Copies, details: np.ndarray,
                  quarantine_identical: bool) -> None:
-    """Rewrite the landed files that hold copies (see module doc)."""
-    details = _details(rows, copies)
+    """Rewrite the landed files that hold copies (see module doc), each copy with its ``details``."""
     reasons = np.where(copies.outcome == DUPLICATE, RejectReason.DUPLICATE.value,
                        RejectReason.CONFLICTING_DUPLICATE.value).astype(object)
     # Which copies become quarantine rows: all of them, or only the conflicting ones.

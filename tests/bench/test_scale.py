@@ -40,11 +40,14 @@ def test_identity_check_phase_looks_the_night_up_in_the_index(tmp_path: Path, st
     night = scale.commit_shard_history(store, load_simulation_config("dev"), 0, quick=True)
     records = tmp_path / "night.parquet"
     pq.write_table(raw_table(Kind.TRANSACTION, night.transactions), records)
-    before = scale.check_phase(store.root, records)
+    before = scale.check_phase(store.root, records, "whole")
     assert before["records"] == len(night.transactions) > 0 and before["found"] == 0
     with store.locked():
         commit_raw_run(store, "night", night.transactions, night.labels)
-    assert scale.check_phase(store.root, records)["found"] == len(night.transactions)
+    assert scale.check_phase(store.root, records, "whole")["found"] == len(night.transactions)
+    # One lookup task: the records of one of the 16 buckets, every one of them found.
+    task = scale.check_phase(store.root, records, "task")
+    assert 0 < task["records"] < len(night.transactions) / 8 and task["found"] == task["records"]
 
 
 @pytest.mark.parametrize("sizes, expected", [([{"x": 2.0}, {"x": 3.0}], 1.5), ([{"x": 2.0}, {}], None)])

@@ -6,15 +6,10 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
-import pytest
 
 from pipeline.contract import Kind, validate_event
-from pipeline.ingest.classify import classify_batch
-from pipeline.ingest.id_index import Entries, IdIndex
-from pipeline.ingest.identity import content_hashes, identity_hashes
 from pipeline.ingest.kafka_source import ARROW_SCHEMA
 from pipeline.ingest.landing import land_stream, landing_transform, parse_summaries
 from pipeline.ingest.raw_layout import PAYLOAD, QUARANTINE
@@ -34,10 +29,8 @@ def records(values: list[bytes | None], topic: str = "t") -> pa.RecordBatch:
         "value": pa.array(values, pa.binary())}, schema=ARROW_SCHEMA)
 
 
-def land(values: list[bytes | None], kind: Kind, root: Path, stored: IdIndex | None = None,
-         quarantine_duplicates: bool = True) -> dict:
-    stored = stored or IdIndex(root / "_index", [])
-    args = landing_transform(kind, RULES, "run-1", root, stored, ["run-0"], quarantine_duplicates).args
+def land(values: list[bytes | None], kind: Kind, root: Path, quarantine_duplicates: bool = True) -> dict:
+    args = landing_transform(kind, RULES, "run-1", root, quarantine_duplicates).args
     summaries = parse_summaries([b.to_pylist()[0] for b in land_stream(iter([records(values)]), args)])
     assert len(summaries) == 1
     return summaries[0].outcomes
@@ -93,55 +86,3 @@ def test_late_transactions_are_quarantined_with_the_rule_but_late_labels_land(tm
                                                     GOOD_LABEL["transaction_id"]]
     assert [json.loads(p)["reported_at"] for p in landed[PAYLOAD].to_pylist()] == [
         "2024-03-09T00:00:00Z", "2023-12-01T00:00:00Z", GOOD_LABEL["reported_at"]]
-
-
-def stored_index(root: Path, values: list[bytes], day: int) -> IdIndex:
-    """An identity index holding ``values`` as committed by run 0 on ``day`` (days since 1970)."""
-    typed = classify_batch(records(values), Kind.TRANSACTION, None, None)
-    n = typed.num_rows
-    entries = Entries(identity_hashes(typed, Kind.TRANSACTION), content_hashes(typed, Kind.TRANSACTION),
-                      np.full(n, day, np.int32), np.zeros(n, np.int32))
-    return IdIndex(root, IdIndex(root, []).with_segment("000000-000000", entries))
-
-
-@pytest.mark.parametrize("quarantine_duplicates", [True, False])
-def test_copies_of_stored_events_are_refused_in_the_read_task_valid_or_late(tmp_path, quarantine_duplicates):
-    stored = stored_index(tmp_path / "_index", [tx(transaction_id="t-s"), tx(transaction_id="t-old")], 19_791)
-    eight_days_later = "2024-03-09T12:00:00.000Z"
-    values = [tx(event_time=eight_days_later, transaction_id="t-new"),
-              tx(transaction_id="t-s"),  # identical to the stored one, and late
-              tx(transaction_id="t-old", amount=1.5),  # another version of a stored one
-              tx(transaction_id="t-late")]  # late, not a copy
-    outcomes = land(values, Kind.TRANSACTION, tmp_path, stored, quarantine_duplicates)
-    assert outcomes == {"valid": 1, "duplicate": 1, "conflicting_duplicate": 1, "late_event": 1}
-
-    assert table(tmp_path, "transactions")["transaction_id"].to_pylist() == ["t-new"]
-    quarantine = table(tmp_path, QUARANTINE).to_pandas().set_index("transaction_id")
-    assert set(quarantine.index) == ({"t-s"} if quarantine_duplicates else set()) | {"t-old", "t-late"}
-    assert quarantine.loc["t-old", DETAIL] == ("a different version of this event is in the raw store: "
-                                               "transactions/event_date=2024-03-09/run_id=run-0")
-    assert quarantine.loc["t-old", FIELD] == "transaction_id"
-    assert quarantine.loc["t-late", REASON] == "late_event"
-    if quarantine_duplicates:
-        assert quarantine.loc["t-s", REASON] == "duplicate"
-        assert quarantine.loc["t-s", "id_hash"] != 0  # copies stay findable by identity
-
-
-def test_an_event_whose_first_64_identity_bits_match_a_stored_one_is_kept(tmp_path):
-    # A 64-bit identity collision, made by hand: the index holds "t-stored" under the first half of
-    # "t-new"'s identity. With 64-bit identities "t-new" was quarantined as a conflicting duplicate
-    # of "t-stored"; the second half tells them apart.
-    stored_tx, new_tx = tx(transaction_id="t-stored"), tx(transaction_id="t-new")
-    index = stored_index(tmp_path / "_index", [stored_tx], 19_791)
-    held = index.lookup(identity_hashes(classify_batch(records([stored_tx]), Kind.TRANSACTION, None, None),
-                                        Kind.TRANSACTION))
-    assert held.found.all()
-    typed = classify_batch(records([stored_tx, new_tx]), Kind.TRANSACTION, None, None)
-    ids = identity_hashes(typed, Kind.TRANSACTION)
-    ids["h1"][0] = ids["h1"][1]  # "t-stored" entered under "t-new"'s first 64 bits
-    colliding = tmp_path / "_colliding"
-    index = IdIndex(colliding, IdIndex(colliding, []).with_segment("000000-000000", Entries(
-        ids[:1], content_hashes(typed, Kind.TRANSACTION)[:1], np.full(1, 19_791, np.int32), np.zeros(1, np.int32))))
-
-    assert land([new_tx, stored_tx], Kind.TRANSACTION, tmp_path, index) == {"valid": 2}
-    assert table(tmp_path, "transactions")["transaction_id"].to_pylist() == ["t-new", "t-stored"]

@@ -68,10 +68,11 @@ def quarantine_of(run_id: str):
     return pads.dataset(str(store().root / QUARANTINE / f"{RUN_ID}={run_id}"), format="parquet").to_table()
 
 
-def test_resent_payments_are_duplicates_never_late_and_later_nights_run(spark, state_dir, kafka_config):
+@pytest.mark.parametrize("lookup", ["driver", "spark"])  # where the identity index is looked up ([raw] index_lookup)
+def test_resent_payments_are_duplicates_never_late_and_later_nights_run(spark, state_dir, kafka_config, lookup):
     first = [payment(i, i) for i in range(30)]  # one a day, 2026-01-01 .. 2026-01-30
     send(kafka_config, kafka_config.transactions_topic, first)
-    night1 = ingest(kafka_config, spark)
+    night1 = ingest(kafka_config, spark, index_lookup=lookup)
     assert night1.accounting[0].valid == 30
     # The row hashes the driver settled copies from serve their run only: gone once it committed.
     assert not store().run_hash_files(night1.run_id, Kind.TRANSACTION)
@@ -80,7 +81,7 @@ def test_resent_payments_are_duplicates_never_late_and_later_nights_run(spark, s
     # and recent ones, byte for byte; one genuinely new payment, and one new but late.
     send(kafka_config, kafka_config.transactions_topic,
          first[:10] + first[25:] + [payment(30, 30), payment("new-late", 1)])
-    night2 = ingest(kafka_config, spark)
+    night2 = ingest(kafka_config, spark, index_lookup=lookup)
     acc = night2.accounting[0]
     assert (acc.read, acc.valid, acc.duplicates, acc.quarantined) == (17, 1, 15, {"late_event": 1})
     assert acc.read == acc.valid + acc.duplicates + acc.quarantined_total
@@ -98,7 +99,7 @@ def test_resent_payments_are_duplicates_never_late_and_later_nights_run(spark, s
 
     # Every later night runs (the bug: every night after a resend failed the same way).
     send(kafka_config, kafka_config.transactions_topic, [payment(31, 31), first[29]])
-    night3 = ingest(kafka_config, spark)
+    night3 = ingest(kafka_config, spark, index_lookup=lookup)
     assert [(a.valid, a.duplicates) for a in night3.accounting[:1]] == [(1, 1)]
 
 

@@ -1,6 +1,6 @@
-"""Copies within one run, settled on the driver from the hashes the read tasks wrote: the right copy
-stays, the others move with a detail naming the first, and landed rows are read back only where a
-copy was found."""
+"""Copies of stored events and within one run, settled on the driver from the hashes the read tasks
+wrote: the right copy stays, the others move with a detail naming the first (in the store or in the
+run), and landed rows are read back only where a copy was found."""
 
 from __future__ import annotations
 
@@ -16,14 +16,15 @@ from pipeline.contract import Kind
 from pipeline.ingest import run_copies
 from pipeline.ingest.accounting import CopyMoves
 from pipeline.ingest.classify import classify_batch
-from pipeline.ingest.id_index import IdIndex
+from pipeline.ingest.id_index import Entries
 from pipeline.ingest.identity import content_hashes, identity_hashes
 from pipeline.ingest.kafka_source import ARROW_SCHEMA
 from pipeline.ingest.landing import land_stream, landing_transform
-from pipeline.ingest.raw_layout import QUARANTINE, RUN_HASHES, RawStore
+from pipeline.ingest.offsets import OffsetPlan
+from pipeline.ingest.raw_layout import QUARANTINE, RUN_HASHES, TABLE_BY_KIND, RawStore
 from pipeline.ingest.run_copies import RunHashesMismatch, settle_copies
 from pipeline.ingest.timing import TimingRules
-from pipeline.ingest.validate import DETAIL, REASON
+from pipeline.ingest.validate import DETAIL, FIELD, REASON
 from tests.ingest.corpus import tx
 
 RUN = "run-1"
@@ -42,7 +43,7 @@ def land_task(root: Path, partition: int, values: list[bytes], kafka_us: list[in
         "topic": ["t"] * n, "partition": pa.array([partition] * n, pa.int32()), "offset": pa.array(range(n), pa.int64()),
         "timestamp": pa.array(kafka_us, pa.int64()).cast(ARROW_SCHEMA.field("timestamp").type),
         "key": pa.array([b"k"] * n, pa.binary()), "value": pa.array(values, pa.binary())}, schema=ARROW_SCHEMA)
-    args = landing_transform(Kind.TRANSACTION, RULES, RUN, root, IdIndex(root / "_index", []), [], True).args
+    args = landing_transform(Kind.TRANSACTION, RULES, RUN, root, True).args
     assert len(list(land_stream(iter([batch]), args))) == 1
 
 
@@ -122,3 +123,60 @@ def test_an_uncommitted_runs_hashes_are_discarded_with_its_files(tmp_path):
     assert store.run_hash_files(RUN, Kind.TRANSACTION)
     store.discard_uncommitted()
     assert not store.run_hash_files(RUN, Kind.TRANSACTION) and not list((tmp_path / "transactions").glob("*/*"))
+
+
+STORED_DAY = (datetime(2024, 3, 9) - datetime(1970, 1, 1)).days
+
+
+def commit_stored(root: Path, ids: np.ndarray, contents: np.ndarray) -> RawStore:
+    """A store whose one committed run, "run-0", entered ``ids`` in the identity index on STORED_DAY."""
+    store = RawStore(root)
+    n = len(ids)
+    entries = Entries(ids, contents, np.full(n, STORED_DAY, np.int32), np.zeros(n, np.int32))
+    segments = store.id_index(Kind.TRANSACTION).with_run(0, entries)
+    store.offsets.commit("run-0", [OffsetPlan("t", ())], index={TABLE_BY_KIND[Kind.TRANSACTION]: segments})
+    return store
+
+
+@pytest.mark.parametrize("quarantine_identical", [True, False])
+def test_copies_of_stored_events_leave_the_run_valid_or_late_with_the_stored_place(tmp_path, quarantine_identical):
+    stored_late, stored_new = tx(transaction_id="t-s", event_time=LATE_TIME), tx(transaction_id="t-old", event_time=NEW_TIME)
+    store = commit_stored(tmp_path, *identity([stored_late, stored_new]))
+    land_task(tmp_path, 0, [tx(transaction_id="t-new", event_time=NEW_TIME),
+                            stored_late,  # identical to the stored one, and late
+                            tx(transaction_id="t-old", event_time=NEW_TIME, amount=1.5),  # another version, valid
+                            tx(transaction_id="t-late", event_time=LATE_TIME)], [1, 2, 3, 4])  # late, not a copy
+
+    settled = settle_copies(store, Kind.TRANSACTION, RUN, 1, quarantine_identical)
+
+    assert settled.moves == CopyMoves(valid_to_conflicting=1, late_to_duplicate=1)
+    assert table(tmp_path, "transactions")["transaction_id"].to_pylist() == ["t-new"]
+    quarantine = table(tmp_path, QUARANTINE).to_pandas().set_index("transaction_id")
+    assert set(quarantine.index) == ({"t-s"} if quarantine_identical else set()) | {"t-old", "t-late"}
+    assert quarantine.loc["t-old", REASON] == "conflicting_duplicate"
+    assert quarantine.loc["t-old", DETAIL] == ("a different version of this event is in the raw store: "
+                                               "transactions/event_date=2024-03-09/run_id=run-0")
+    assert quarantine.loc["t-old", FIELD] == "transaction_id"
+    assert quarantine.loc["t-late", REASON] == "late_event"
+    if quarantine_identical:
+        assert quarantine.loc["t-s", REASON] == "duplicate"
+        assert quarantine.loc["t-s", DETAIL] == ("an identical copy of this event is in the raw store: "
+                                                 "transactions/event_date=2024-03-09/run_id=run-0")
+        assert quarantine.loc["t-s", "id_hash"] != 0  # copies stay findable by identity
+    assert len(settled.kept.ids) == 1 and set(settled.kept.runs.tolist()) == {1}
+
+
+def test_an_event_whose_first_64_identity_bits_match_a_stored_one_is_kept(tmp_path):
+    # A 64-bit identity collision, made by hand: the index holds "t-stored" under the first half of
+    # "t-new"'s identity. With 64-bit identities "t-new" was quarantined as a conflicting duplicate
+    # of "t-stored"; the second half tells them apart.
+    new_tx, stored_tx = tx(transaction_id="t-new", event_time=NEW_TIME), tx(transaction_id="t-stored", event_time=NEW_TIME)
+    ids, contents = identity([stored_tx, new_tx])
+    ids["h1"][0] = ids["h1"][1]  # "t-stored" entered under "t-new"'s first 64 bits
+    store = commit_stored(tmp_path, ids[:1], contents[:1])
+    land_task(tmp_path, 0, [new_tx], [1])
+
+    settled = settle_copies(store, Kind.TRANSACTION, RUN, 1, quarantine_identical=True)
+
+    assert settled.moves == CopyMoves() and len(settled.kept.ids) == 1
+    assert table(tmp_path, "transactions")["transaction_id"].to_pylist() == ["t-new"]
