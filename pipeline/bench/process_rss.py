@@ -106,3 +106,24 @@ class PeakRss(TreePeaks):
     @property
     def peak_mb(self) -> float:
         return self.peaks.get("total", 0) / MB
+
+
+class OwnPeak:
+    """This process's resident growth over a block, from the kernel's own high-water mark (exact,
+    however short the block: a sampler every 0.2 s misses a lookup of a few milliseconds).
+    ``with OwnPeak() as peak: ...`` then ``peak.growth_mb``: the peak during the block over the
+    resident size at its start (Linux: the mark is reset through /proc/self/clear_refs)."""
+
+    def __enter__(self) -> OwnPeak:
+        with open("/proc/self/clear_refs", "w") as refs:
+            refs.write("5")  # resets VmHWM to the current RSS
+        self.start = _status_kb("VmRSS")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.growth_mb = (_status_kb("VmHWM") - self.start) / 1024
+
+
+def _status_kb(field: str) -> int:
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith(field + ":"))

@@ -13,9 +13,9 @@ one run; then, for each size:
 1. **identity check**: the new shards' payments of ``D`` (a night's new records) looked up in the
    identity index of everything committed, each way in a fresh process: all of them in one process
    (:meth:`pipeline.ingest.id_index.IdIndex.lookup`, what every read task did before the lookup was
-   sharded), and one lookup task's share (:func:`pipeline.ingest.store_copies.lookup_buckets` over one
-   of the index's 16 buckets, from the night's probe: what each of ``[raw] index_lookup_tasks`` = 16
-   tasks does); then those payments are committed as the night's runs;
+   sharded), then one lookup task's share (:func:`pipeline.ingest.store_copies.lookup_buckets` over one
+   of the index's 16 buckets, from the night's probe, which the first process wrote: what each of
+   ``[raw] index_lookup_tasks`` = 16 tasks does); then those payments are committed as the night's runs;
 2. **feature night**: ``D``'s feature partition computed into a fresh feature table by the ``spark``
    engine (:mod:`pipeline.ingest.feature_update`) on ``local-cluster[2,1,1024]``, in a fresh process as
    the nightly's spark-submit is; the ``local`` engine (the same step in one process) is its peer at the
@@ -53,7 +53,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from pipeline.bench.process_rss import TreePeaks
+from pipeline.bench.process_rss import OwnPeak, TreePeaks
 from pipeline.contract import Kind
 from pipeline.datasets.feature_table import FeatureTable
 from pipeline.datasets.manifest import DateWindow
@@ -157,22 +157,28 @@ def run_child(args: list[str]) -> tuple[dict, TreePeaks]:
 
 
 def check_phase(store: Path, records: Path, way: str) -> dict:
-    """Identity check of ``records`` (raw transactions) against the store's index, ``way`` "whole" (every
-    record in this process) or "task" (one lookup task: bucket 0's records, from a probe of them all):
-    seconds, records looked up, hits."""
-    rows = pq.read_table(records)
+    """Identity check of ``records`` (raw transactions) against the store's index: seconds, records
+    looked up, hits. ``way`` "whole": every record in this process, and the probe of them all written
+    beside ``records`` (what the night's read tasks write); "task": one lookup task, bucket 0's records
+    from that probe (this process reads nothing else: its memory is the task's)."""
     index = RawStore(store).id_index(Kind.TRANSACTION)
-    ids = identity_hashes(rows, Kind.TRANSACTION)
-    if way == "whole":
-        started = time.perf_counter()
-        found = int(index.lookup(ids).found.sum())
-        return {"seconds": time.perf_counter() - started, "records": rows.num_rows, "found": found}
     probe = records.with_name(records.stem + PROBE_SUFFIX)
-    write_probe(probe, ids)  # what the night's read tasks write (one probe here, many there: the same slices)
-    started = time.perf_counter()
-    found = lookup_buckets(str(index.root), index.segments, [str(probe)], 0, 1).num_rows
-    in_bucket = int((ids["h1"] >> np.uint64(64 - BUCKET_BITS) == 0).sum())
-    return {"seconds": time.perf_counter() - started, "records": in_bucket, "found": found}
+    if way == "whole":
+        rows = pq.read_table(records)
+        ids = identity_hashes(rows, Kind.TRANSACTION)
+        with OwnPeak() as peak:
+            started = time.perf_counter()
+            found = int(index.lookup(ids).found.sum())
+            seconds = time.perf_counter() - started
+        write_probe(probe, ids)
+        return {"seconds": seconds, "records": rows.num_rows, "found": found, "growth_mb": peak.growth_mb}
+    with OwnPeak() as peak:
+        started = time.perf_counter()
+        found = lookup_buckets(str(index.root), index.segments, [str(probe)], 0, 1).num_rows
+        seconds = time.perf_counter() - started
+    h1 = np.load(probe, mmap_mode="r")[0]
+    return {"seconds": seconds, "records": int((h1 >> np.uint64(64 - BUCKET_BITS) == 0).sum()), "found": found,
+            "growth_mb": peak.growth_mb}
 
 
 def shuffle_write_bytes(spark) -> int:
@@ -281,6 +287,9 @@ def run(quick: bool) -> dict:
                 "identity_check_s": round(check["seconds"], 4), "identity_check_records": check["records"],
                 "identity_check_s_per_million": round(check["seconds"] / check["records"] * 1e6, 3),
                 "identity_check_peak_rss_mb": check_peaks.mb("driver_python"),
+                # The lookup's own resident growth (kernel high-water mark): the index pages it touched.
+                "identity_check_lookup_growth_mb": round(check["growth_mb"], 1),
+                "identity_task_lookup_growth_mb": round(task["growth_mb"], 1),
                 "identity_task_s": round(task["seconds"], 4), "identity_task_records": task["records"],
                 "identity_task_s_per_million": round(task["seconds"] / max(task["records"], 1) * 1e6, 3),
                 "identity_task_peak_rss_mb": task_peaks.mb("driver_python"),

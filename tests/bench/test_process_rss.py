@@ -6,6 +6,8 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
+
 from pipeline.bench import process_rss
 
 
@@ -43,3 +45,13 @@ def test_tree_peaks_measure_a_real_executor_tree() -> None:
     assert 160 <= executor_mb < 160 + 64
     assert 64 <= peaks.mb("driver_python") < 64 + 64
     assert peaks.mb("driver") == peaks.mb("driver_python")  # no other process outside the executor
+
+
+def test_own_peak_is_the_growth_inside_the_block_however_short_and_freed():
+    with process_rss.OwnPeak() as idle:
+        pass
+    with process_rss.OwnPeak() as touched:
+        block = np.ones(64 * process_rss.MB, np.uint8)  # 64 MB touched, then freed within the block
+        del block
+    assert idle.growth_mb < 8
+    assert 60 <= touched.growth_mb < 80

@@ -45,7 +45,7 @@ def test_identity_check_phase_looks_the_night_up_in_the_index(tmp_path: Path, st
     with store.locked():
         commit_raw_run(store, "night", night.transactions, night.labels)
     assert scale.check_phase(store.root, records, "whole")["found"] == len(night.transactions)
-    # One lookup task: the records of one of the 16 buckets, every one of them found.
+    # One lookup task, from the probe the whole check wrote: one of the 16 buckets, every record found.
     task = scale.check_phase(store.root, records, "task")
     assert 0 < task["records"] < len(night.transactions) / 8 and task["found"] == task["records"]
 
