@@ -46,8 +46,7 @@ class SourceConfig:
     stall_timeout_s: float = 30.0  # a read task fails if its partition yields nothing for this long
 
 
-IndexLookup = Literal["driver", "spark"]
-INDEX_LOOKUPS: tuple[str, ...] = typing.get_args(IndexLookup)
+IndexLookup = Literal["driver", "spark"]  # the loader refuses other values (pipeline.config)
 
 
 @dataclass(frozen=True)
@@ -201,8 +200,6 @@ def validate_ingest_config(config: IngestConfig, source: str = "ingest.toml") ->
         problems.append("source.max_records_per_split and source.fetch_batch must be >= 1")
     if config.raw.max_lateness_days <= 0 or config.raw.max_clock_skew_s < 0:
         problems.append("raw.max_lateness_days must be > 0 and raw.max_clock_skew_s >= 0")
-    if config.raw.index_lookup not in INDEX_LOOKUPS:
-        problems.append(f"raw.index_lookup must be one of {', '.join(INDEX_LOOKUPS)}, got {config.raw.index_lookup!r}")
     if not 1 <= config.raw.index_lookup_tasks <= BUCKETS:
         problems.append(f"raw.index_lookup_tasks must be in [1, {BUCKETS}] (one task per index bucket at most), "
                         f"got {config.raw.index_lookup_tasks}")

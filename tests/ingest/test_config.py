@@ -31,6 +31,12 @@ def test_unworkable_values_are_refused(tmp_path):
     path.write_text("[features]\nrows_per_task = 0\n")
     with pytest.raises(ConfigError, match="features.rows_per_task must be >= 1, got 0"):
         load_ingest_config(path=path)
+    path.write_text('[raw]\nindex_lookup = "executors"\n')
+    with pytest.raises(ConfigError, match=r"raw.index_lookup must be one of \['driver', 'spark'\], got 'executors'"):
+        load_ingest_config(path=path)
+    path.write_text('[raw]\nindex_lookup_tasks = 17\n')
+    with pytest.raises(ConfigError, match=r"raw.index_lookup_tasks must be in \[1, 16\] \(one task per index bucket"):
+        load_ingest_config(path=path)
 
 
 def test_master_precedence_cli_then_env_then_file(monkeypatch, tmp_path):
