@@ -46,7 +46,7 @@ from pipeline.ingest.duplicates import (
     run_copy_details,
     stored_copy_details,
 )
-from pipeline.ingest.id_index import Entries, IdIndex
+from pipeline.ingest.id_index import Entries
 from pipeline.ingest.identity import IDENTITY, IDENTITY_BY_KIND, from_int64
 from pipeline.ingest.raw_layout import (
     DATE_COLUMN_BY_KIND,
@@ -134,17 +134,16 @@ def _details(kind: Kind, rows: _RunRows, copies: Copies, stored_days: np.ndarray
 
 
 def settle_copies(store: RawStore, kind: Kind, run_id: str, run_ordinal: int, quarantine_identical: bool,
-                  lookup: StoreLookup | None = None, index: IdIndex | None = None) -> RunCopies:
+                  lookup: StoreLookup | None = None) -> RunCopies:
     """Classify and move the copies among run ``run_id``'s landed rows of ``kind`` (see module doc);
     ``run_ordinal`` is the run's position in the commit log once committed (its index entries').
-    ``index``: the committed identity index of ``kind`` (default: the store's), looked up by ``lookup``
-    (default: on the driver)."""
+    The store's committed identity index of ``kind`` is looked up by ``lookup`` (default: on the driver)."""
     paths = store.run_hash_files(run_id, kind)
     if not paths:
         return RunCopies.none()
     rows = _read_run_rows(paths, kind)
     _check_raw_rows(store, kind, run_id, rows)
-    stored = (lookup or StoreLookup()).matches(index or store.id_index(kind), paths)
+    stored = (lookup or StoreLookup()).matches(store.id_index(kind), paths)
     if len(stored.found) != len(rows.ids):
         raise RunHashesMismatch(f"run {run_id}'s {TABLE_BY_KIND[kind]} probes hold {len(stored.found)} rows, its "
                                 f"row hashes {len(rows.ids)}: the run is not committed; rerun it (its files are "
