@@ -68,24 +68,27 @@ def _slice(probe: np.ndarray, first: int, last: int) -> tuple[int, int]:
 
 
 def lookup_buckets(index_root: str, segments: list[str], probes: list[str], first: int, last: int) -> pa.Table:
-    """One lookup task: the rows of every probe in buckets ``[first, last)`` that the index holds."""
+    """One lookup task: the rows of every probe in buckets ``[first, last)`` that the index holds,
+    one bucket at a time (its slices of all the probes searched together)."""
     index = IdIndex(Path(index_root), segments)
+    mapped = [np.load(path, mmap_mode="r") for path in probes]
     found = []
     for bucket in range(first, last):
-        for number, path in enumerate(probes):
-            probe = np.load(path, mmap_mode="r")
-            lo, hi = _slice(probe, bucket, bucket + 1)
-            if lo == hi:
-                continue
-            ids = np.empty(hi - lo, IDENTITY)
-            ids["h1"], ids["h2"] = probe[0, lo:hi], probe[1, lo:hi]
-            # keep_mapped=False: each bucket's pages are let go once searched (this bucket only, as ``ids`` are).
-            matches = index.lookup(ids, keep_mapped=False)
-            hit = np.flatnonzero(matches.found)
-            found.append(pa.table([pa.array(np.full(len(hit), number, np.int32)),
-                                   pa.array(probe[2, lo:hi][hit].astype(np.int64)),
-                                   pa.array(matches.contents[hit].view(np.int64)),
-                                   pa.array(matches.days[hit]), pa.array(matches.runs[hit])], schema=_FOUND_SCHEMA))
+        slices = [(number, *_slice(probe, bucket, bucket + 1)) for number, probe in enumerate(mapped)]
+        slices = [(number, lo, hi) for number, lo, hi in slices if hi > lo]
+        if not slices:
+            continue
+        ids = np.empty(sum(hi - lo for _, lo, hi in slices), IDENTITY)
+        ids["h1"] = np.concatenate([mapped[number][0, lo:hi] for number, lo, hi in slices])
+        ids["h2"] = np.concatenate([mapped[number][1, lo:hi] for number, lo, hi in slices])
+        # keep_mapped=False: the bucket's pages are let go once searched (this bucket only, as ``ids`` are).
+        matches = index.lookup(ids, keep_mapped=False)
+        hit = np.flatnonzero(matches.found)
+        probe_of = np.concatenate([np.full(hi - lo, number, np.int32) for number, lo, hi in slices])
+        row_of = np.concatenate([mapped[number][2, lo:hi].astype(np.int64) for number, lo, hi in slices])
+        found.append(pa.table([pa.array(probe_of[hit]), pa.array(row_of[hit]),
+                               pa.array(matches.contents[hit].view(np.int64)),
+                               pa.array(matches.days[hit]), pa.array(matches.runs[hit])], schema=_FOUND_SCHEMA))
     return pa.concat_tables(found) if found else _FOUND_SCHEMA.empty_table()
 
 
