@@ -60,7 +60,7 @@ from pipeline.datasets.manifest import DateWindow
 from pipeline.features import definitions as fd
 from pipeline.ingest.config import load_ingest_config
 from pipeline.ingest.dataset_plan import DatasetPlan
-from pipeline.ingest.id_index import BUCKET_BITS, BUCKETS
+from pipeline.ingest.id_index import BUCKETS, bucket_of
 from pipeline.ingest.identity import identity_hashes
 from pipeline.ingest.raw_commit import commit_raw_run, raw_table
 from pipeline.ingest.raw_layout import RawStore
@@ -177,7 +177,7 @@ def check_phase(store: Path, records: Path, way: str) -> dict:
         found = lookup_buckets(str(index.root), index.segments, [str(probe)], 0, 1).num_rows
         seconds = time.perf_counter() - started
     h1 = np.load(probe, mmap_mode="r")[0]
-    return {"seconds": seconds, "records": int((h1 >> np.uint64(64 - BUCKET_BITS) == 0).sum()), "found": found,
+    return {"seconds": seconds, "records": int((bucket_of(h1) == 0).sum()), "found": found,
             "growth_mb": peak.growth_mb}
 
 

@@ -155,8 +155,9 @@ def _find(stored: np.ndarray, h1: np.ndarray, h2: np.ndarray) -> np.ndarray:
     return where
 
 
-def _bucket_of(ids: np.ndarray) -> np.ndarray:
-    return (ids >> np.uint64(64 - BUCKET_BITS)).astype(np.int64)
+def bucket_of(h1: np.ndarray) -> np.ndarray:
+    """The index bucket of each identity, from its ``h1`` (its top :data:`BUCKET_BITS` bits)."""
+    return (h1 >> np.uint64(64 - BUCKET_BITS)).astype(np.int64)
 
 
 class IdIndex:
@@ -199,7 +200,7 @@ class IdIndex:
             return Matches(found, contents, days, runs)
         order = np.argsort(ids["h1"], kind="stable")
         sorted_h1, sorted_h2 = ids["h1"][order], ids["h2"][order]
-        bounds = np.searchsorted(_bucket_of(sorted_h1), np.arange(BUCKETS + 1))
+        bounds = np.searchsorted(bucket_of(sorted_h1), np.arange(BUCKETS + 1))
         for bucket in range(BUCKETS):
             lo, hi = bounds[bucket], bounds[bucket + 1]
             if lo == hi:
@@ -221,7 +222,7 @@ class IdIndex:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         packed = _pack(entries)
-        bounds = np.searchsorted(_bucket_of(packed[0]), np.arange(BUCKETS + 1))
+        bounds = np.searchsorted(bucket_of(packed[0]), np.arange(BUCKETS + 1))
         for bucket in range(BUCKETS):
             path = tmp / f"bucket-{bucket:02d}.npy"
             np.save(path, np.ascontiguousarray(packed[:, bounds[bucket]:bounds[bucket + 1]]))

@@ -35,7 +35,7 @@ from pipeline.atomic import atomic_path
 from pipeline.contract import TIME_FIELD_BY_KIND, Kind, RejectReason
 from pipeline.ingest.classify import classify_batch
 from pipeline.ingest.duplicates import COPY_REASONS, LATE
-from pipeline.ingest.identity import IDENTITY, RowHashes, as_int64
+from pipeline.ingest.identity import RowHashes, as_int64
 from pipeline.ingest.kafka_source import BatchTransform
 from pipeline.ingest.raw_layout import (
     DATE_COLUMN_BY_KIND,
@@ -143,9 +143,9 @@ def _quarantine_rows(table: pa.Table, kind: Kind, hashes: RowHashes, quarantine_
     return pa.table([columns[f.name] if f.name in columns else refused_rows[f.name] for f in schema], schema=schema)
 
 
-def _run_hash_rows(table: pa.Table, kind: Kind, hashes: RowHashes) -> pa.Table:
+def _run_hash_rows(table: pa.Table, kind: Kind, hashes: RowHashes) -> tuple[pa.Table, np.ndarray]:
     """The hashes of the rows left valid or late, in the task's order (the run's copies are found
-    from these: :func:`pipeline.ingest.run_copies.settle_copies`)."""
+    from these: :func:`pipeline.ingest.run_copies.settle_copies`), and their identities (the probe's)."""
     reasons = table[REASON]
     late = pc.fill_null(pc.equal(reasons, LATE), False)
     open_rows = pa.array(np.flatnonzero(pc.or_(pc.is_null(reasons), late).to_numpy(zero_copy_only=False)), pa.int64())
@@ -156,7 +156,7 @@ def _run_hash_rows(table: pa.Table, kind: Kind, hashes: RowHashes) -> pa.Table:
                "content_hash": as_int64(hashes.contents(rows)), "kafka_timestamp": chosen["timestamp"],
                "partition": chosen["partition"], "offset": chosen["offset"],
                "day": pc.cast(chosen[TIME_FIELD_BY_KIND[kind]], pa.date32()), "late": late.take(open_rows)}
-    return pa.table(list(columns.values()), schema=run_hashes_arrow_schema())
+    return pa.table(list(columns.values()), schema=run_hashes_arrow_schema()), ids
 
 
 @dataclass
@@ -196,10 +196,8 @@ def _write(table: pa.Table, kind: Kind, run_id: str, stem: str, files: _Files, h
                   rows)
     files.add(f"{QUARANTINE}/{RUN_ID}={run_id}/{kind.value}-{stem}.parquet",
               _quarantine_rows(table, kind, hashes, quarantine_identical))
-    open_rows = _run_hash_rows(table, kind, hashes)
+    open_rows, ids = _run_hash_rows(table, kind, hashes)
     files.add(_hashes_relpath(kind, run_id, stem), open_rows)
-    ids = np.empty(open_rows.num_rows, IDENTITY)
-    ids["h1"], ids["h2"] = (open_rows[name].to_numpy().view(np.uint64) for name in ("id_h1", "id_h2"))
     return ids
 
 

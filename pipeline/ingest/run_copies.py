@@ -46,7 +46,7 @@ from pipeline.ingest.duplicates import (
     run_copy_details,
     stored_copy_details,
 )
-from pipeline.ingest.id_index import Entries
+from pipeline.ingest.id_index import Entries, Matches
 from pipeline.ingest.identity import IDENTITY, IDENTITY_BY_KIND, from_int64
 from pipeline.ingest.raw_layout import (
     DATE_COLUMN_BY_KIND,
@@ -114,10 +114,10 @@ def _as_quarantine(rows: pa.Table, kind: Kind, reasons: np.ndarray, details: np.
     return pa.table([columns[f.name] if f.name in columns else rows[f.name] for f in schema], schema=schema)
 
 
-def _details(kind: Kind, rows: _RunRows, copies: Copies, stored_days: np.ndarray, stored_runs: np.ndarray) -> np.ndarray:
+def _details(kind: Kind, rows: _RunRows, copies: Copies, stored: Matches, runs: tuple[str, ...]) -> np.ndarray:
     """The quarantine detail of each copy (object array parallel to ``rows``; None where no copy):
-    where its first copy is, in the store (``stored_*``: the date and run id of each row's stored
-    entry) or in this run."""
+    where its first copy is, in the store (``stored``: each row's entry, whose run is a position in
+    the commit log's ``runs``) or in this run."""
     details = np.full(len(rows.ids), None, object)
     copy = copies.outcome != KEEP
     identical = copies.outcome == DUPLICATE
@@ -128,8 +128,9 @@ def _details(kind: Kind, rows: _RunRows, copies: Copies, stored_days: np.ndarray
                                            ~rows.late[first]).to_numpy(zero_copy_only=False)
     in_store = np.flatnonzero(copy & copies.first_in_store)
     if len(in_store):
-        details[in_store] = stored_copy_details(kind, identical[in_store], stored_days[in_store],
-                                                stored_runs[in_store]).to_numpy(zero_copy_only=False)
+        run_ids = np.asarray(runs, object)[stored.runs[in_store]]
+        details[in_store] = stored_copy_details(kind, identical[in_store], stored.days[in_store],
+                                                run_ids).to_numpy(zero_copy_only=False)
     return details
 
 
@@ -150,9 +151,7 @@ def settle_copies(store: RawStore, kind: Kind, run_id: str, run_ordinal: int, qu
                                 "discarded first)")
     copies = classify_copies(rows.ids, rows.arrival, rows.partition, rows.offset, rows.contents, stored)
     if copies.outcome.any():
-        run_ids = np.asarray(store.committed().runs, object)[stored.runs] if stored.found.any() \
-            else np.full(len(rows.ids), None, object)
-        _move_copies(store, kind, run_id, rows, copies, _details(kind, rows, copies, stored.days, run_ids),
+        _move_copies(store, kind, run_id, rows, copies, _details(kind, rows, copies, stored, store.committed().runs),
                      quarantine_identical)
     is_raw = ~rows.late
     kept = np.flatnonzero(is_raw & (copies.outcome == KEEP))

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.contract import Kind
-from pipeline.ingest.id_index import BUCKET_BITS, BUCKETS, Entries, IdIndex
+from pipeline.ingest.id_index import BUCKETS, Entries, IdIndex, bucket_of
 from pipeline.ingest.identity import IDENTITY, from_int64
 from pipeline.ingest.raw_layout import RawStore
 from pipeline.ingest.store_copies import StoreLookup, bucket_ranges, lookup_buckets, probe_path
@@ -23,10 +23,6 @@ def hash_ids(path: Path) -> np.ndarray:
     ids = np.empty(table.num_rows, IDENTITY)
     ids["h1"], ids["h2"] = from_int64(table["id_h1"]), from_int64(table["id_h2"])
     return ids
-
-
-def bucket_of(ids: np.ndarray) -> np.ndarray:
-    return (ids["h1"] >> np.uint64(64 - BUCKET_BITS)).astype(int)
 
 
 @pytest.fixture
@@ -78,7 +74,7 @@ def test_a_lookup_task_maps_only_its_buckets_shards(landed):
 
     offsets = np.concatenate([[0], np.cumsum([len(hash_ids(p)) for p in hash_files])])
     rows = offsets[found["probe"].to_numpy()] + found["row"].to_numpy()
-    in_range = (bucket_of(ids) >= first) & (bucket_of(ids) < last)
+    in_range = (bucket_of(ids["h1"]) >= first) & (bucket_of(ids["h1"]) < last)
     assert 0 < len(rows) < truth.found.sum()
     assert sorted(rows.tolist()) == np.flatnonzero(truth.found & in_range).tolist()
     assert (found["content"].to_numpy().view(np.uint64) == truth.contents[rows]).all()
