@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import zlib
 
-FEATURE_VERSION = 3  # 2: velocity, amount z-score, card x merchant / country familiarity; 3: hour share
+FEATURE_VERSION = 4  # 2: velocity, amount z-score, card x merchant / country familiarity; 3: hour share;
+# 4: the card's last payments (SEQUENCE_FEATURES)
 
 DAY_SECONDS = 86_400
 LOOKBACK_DAYS = 30  # longest window: a feature date needs this much raw history before it
@@ -68,6 +69,24 @@ CARD_COUNTRY_TX_COUNT_30D = "card_country_tx_count_30d"
 CARD_HOUR_SHARE_30D = "card_hour_share_30d"
 HOUR_SHARE_REACH = 1
 HOUR_SHARE_SHIFTS = range(-HOUR_SHARE_REACH, HOUR_SHARE_REACH + 1)  # the hours counted: this one's + shift, mod 24
+# The card's last payments as a sequence (the model reads it with a recurrent encoder as well as
+# column by column): its last SEQUENCE_STEPS distinct instants in [t - 30 days, t), step 1 the most
+# recent. Per instant: seconds before this payment, the total amount paid at it (its cents summed,
+# so nothing depends on the order same-instant payments arrive in), and whether any payment at it
+# was at this payment's merchant / in this payment's country. A step the card has no payment for
+# reads NO_PREVIOUS_SECONDS, 0, 0, 0. Measured on highrisk (LightGBM given the columns): 3 steps
+# +0.020 AP, 6 steps +0.033, 10 steps +0.029; the same-merchant / same-country flags carry most of it.
+SEQUENCE_STEPS = 6
+SEQUENCE_FIELDS = ("seconds_before", "amount", "same_merchant", "same_country")
+
+
+def card_previous(step: int, field: str) -> str:
+    """Column of ``field`` of the card's ``step``-th previous payment instant (1 = the latest)."""
+    return f"card_prev{step}_{field}"
+
+
+SEQUENCE_FEATURES: tuple[str, ...] = tuple(card_previous(step, field) for step in range(1, SEQUENCE_STEPS + 1)
+                                           for field in SEQUENCE_FIELDS)  # step-major: the model's [steps, fields]
 TIME_FEATURES = ("hour", "weekday", "is_night", "is_weekend")  # UTC; weekday 0 = Monday
 # The same for every payment of a UTC day: a day's distribution of them is one value, whatever the
 # model or its inputs, so a day compared with training on them always looks broken.
@@ -84,6 +103,7 @@ NUMERIC_FEATURES: tuple[str, ...] = (
     CARD_MERCHANT_TX_COUNT_30D,
     CARD_COUNTRY_TX_COUNT_30D,
     CARD_HOUR_SHARE_30D,
+    *SEQUENCE_FEATURES,
     *(merchant_count(d) for d in MERCHANT_WINDOWS_DAYS),
     *(merchant_fraud_rate(d) for d in MERCHANT_WINDOWS_DAYS),
     *TIME_FEATURES,

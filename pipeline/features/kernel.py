@@ -253,6 +253,57 @@ def _near_hour_share(h: CardEvents, q: CardEvents, start: np.ndarray, end: np.nd
         return np.where(n > 0, near / n, 0.0)
 
 
+def _card_sequence(h: CardEvents, q: CardEvents, cents: np.ndarray, start: np.ndarray, end: np.ndarray) -> dict[str, np.ndarray]:
+    """:data:`definitions.SEQUENCE_FEATURES` of each query, whose lookback is ``h[start:end]``.
+
+    The history is sorted by (key, time), so a key's instants are runs of equal times and the
+    ``k``-th instant before a query is the run ``k - 1`` runs before the one holding ``end - 1``; it
+    is in the lookback when its first event is at or after ``start`` (a run is all or nothing: its
+    events share one time). Flags read every event of a run; runs are one event but for ties, so
+    expanding each (query, step) to its run's events costs about one element each.
+    """
+    new_run = np.ones(len(h), dtype=bool)
+    if len(h):
+        new_run[1:] = (h.key[1:] != h.key[:-1]) | (h.ts_us[1:] != h.ts_us[:-1])
+    run_of = np.cumsum(new_run) - 1  # each event's run
+    run_first = np.flatnonzero(new_run)
+    run_length = np.diff(np.append(run_first, len(h)))
+    run_cents = np.add.reduceat(cents, run_first) if len(h) else np.zeros(0, dtype=np.int64)
+    latest = run_of[np.maximum(end - 1, 0)] if len(h) else np.zeros(len(q), dtype=np.int64)
+    steps = latest[:, None] - np.arange(fd.SEQUENCE_STEPS)[None, :]  # [queries, steps]
+    safe = np.maximum(steps, 0)
+    present = (end > start)[:, None] & (steps >= 0)
+    if len(h):
+        present &= run_first[safe] >= start[:, None]
+    else:
+        safe = np.zeros_like(steps)
+    # Every present (query, step) expanded to its run's events, to read whether any shares the query's value.
+    pairs = np.flatnonzero(present.ravel())
+    lengths = run_length[safe.ravel()[pairs]] if len(h) else np.zeros(0, dtype=np.int64)
+    offsets = np.cumsum(lengths) - lengths
+    events = np.repeat(run_first[safe.ravel()[pairs]] - offsets, lengths) + np.arange(int(lengths.sum()))
+    query_of = np.repeat(pairs // fd.SEQUENCE_STEPS, lengths)
+    out: dict[str, np.ndarray] = {}
+    seconds = np.full(steps.shape, fd.NO_PREVIOUS_SECONDS)
+    amount = np.zeros(steps.shape)
+    if len(h):
+        seconds = np.where(present, (q.ts_us[:, None] - h.ts_us[run_first[safe]]).astype(np.float64) / US_PER_SECOND,
+                           fd.NO_PREVIOUS_SECONDS)
+        amount = np.where(present, run_cents[safe].astype(np.float64) / 100, 0.0)
+    flags = {}
+    for field, values, query_values in (("same_merchant", h.merchant, q.merchant), ("same_country", h.country, q.country)):
+        same = np.zeros(steps.size)
+        if len(pairs):
+            same[pairs] = np.logical_or.reduceat(values[events] == query_values[query_of], offsets)
+        flags[field] = same.reshape(steps.shape)
+    for step in range(fd.SEQUENCE_STEPS):
+        out[fd.card_previous(step + 1, "seconds_before")] = seconds[:, step]
+        out[fd.card_previous(step + 1, "amount")] = amount[:, step]
+        for field, same in flags.items():
+            out[fd.card_previous(step + 1, field)] = same[:, step]
+    return out
+
+
 def card_features(history: CardEvents, queries: CardEvents, pairs: PairHistories | None = None) -> dict[str, np.ndarray]:
     """Card window features of each query from the history (see the module docstring); ``pairs``:
     the parts of ``history`` the per-pair features read (default: all of it)."""
@@ -297,6 +348,7 @@ def card_features(history: CardEvents, queries: CardEvents, pairs: PairHistories
         out[fd.CARD_AMOUNT_TO_MEAN_30D] = np.where(mean30 > 0, amount / mean30, fd.NO_HISTORY_AMOUNT_RATIO)
         out[fd.CARD_AMOUNT_ZSCORE_30D] = np.where(std30 > 0, (amount - mean30) / std30, 0.0)
     out[fd.CARD_HOUR_SHARE_30D] = _near_hour_share(h, q, start[-1], end, n[-1])
+    out |= _card_sequence(h, q, cents, start[-1], end)
     parts = pairs or PairHistories(h, h, h)
     merchant_pairs = _PairIndex(parts.merchant, parts.merchant.merchant, q.key, q.merchant)
     out[fd.CARD_MERCHANT_TX_COUNT_30D] = _pair_window_count(parts.merchant, q, merchant_pairs, times, lookback)

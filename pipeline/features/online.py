@@ -196,7 +196,33 @@ def card_columns(card: WindowedLog, ts_us: int, amount: float, merchant: str, co
     out[fd.CARD_MERCHANT_TX_COUNT_30D] = float(lookback.merchants.get(merchant, 0))
     out[fd.CARD_COUNTRY_TX_COUNT_30D] = float(lookback.countries.get(country, 0))
     out[fd.CARD_HOUR_SHARE_30D] = lookback.near_hour_share(hour_of(ts_us))
+    _add_sequence(out, card, ts_us, merchant, country)
     return out
+
+
+def _add_sequence(out: dict[str, float], card: WindowedLog, ts_us: int, merchant: str, country: str | None) -> None:
+    """:data:`.definitions.SEQUENCE_FEATURES` of a payment at the card log's cursor: its last
+    instants, walked back from the cursor through the lookback window's events (the kernel's runs of
+    equal times; a step costs its instant's payments, one but for ties)."""
+    times, rows, i = card.ts, card.rows, card.hi - 1
+    oldest = card.lo[_CARD_AT[LOOKBACK_US]]
+    for step in range(1, fd.SEQUENCE_STEPS + 1):
+        if i < oldest:
+            out[fd.card_previous(step, "seconds_before")] = fd.NO_PREVIOUS_SECONDS
+            out[fd.card_previous(step, "amount")] = 0.0
+            out[fd.card_previous(step, "same_merchant")] = out[fd.card_previous(step, "same_country")] = 0.0
+            continue
+        instant, cents, same_merchant, same_country = times[i], 0, False, False
+        while i >= oldest and times[i] == instant:
+            row_cents, row_merchant, row_country, _ = rows[i]
+            cents += row_cents
+            same_merchant |= row_merchant == merchant
+            same_country |= row_country == country
+            i -= 1
+        out[fd.card_previous(step, "seconds_before")] = float(ts_us - instant) / US_PER_SECOND
+        out[fd.card_previous(step, "amount")] = float(cents) / 100
+        out[fd.card_previous(step, "same_merchant")] = float(same_merchant)
+        out[fd.card_previous(step, "same_country")] = float(same_country)
 
 
 def merchant_columns(merchant: _Merchant, ts_us: int) -> dict[str, float]:

@@ -63,6 +63,15 @@ def brute_card(rows, query) -> dict[str, float]:
     near = [r for r in month if min((r[1] // (3600 * US_PER_SECOND) - hour) % 24,
                                     (hour - r[1] // (3600 * US_PER_SECOND)) % 24) <= fd.HOUR_SHARE_REACH]
     out[fd.CARD_HOUR_SHARE_30D] = len(near) / len(month) if month else 0.0
+    instants = sorted({r[1] for r in month}, reverse=True)
+    for step in range(1, fd.SEQUENCE_STEPS + 1):
+        at = [r for r in month if r[1] == instants[step - 1]] if step <= len(instants) else []
+        cents = [int(math.floor(min(r[2], (2**31 - 1) / 100) * 100 + 0.5)) for r in at]
+        out[fd.card_previous(step, "seconds_before")] = ((t - instants[step - 1]) / US_PER_SECOND if at
+                                                         else fd.NO_PREVIOUS_SECONDS)
+        out[fd.card_previous(step, "amount")] = sum(cents) / 100 if at else 0.0
+        out[fd.card_previous(step, "same_merchant")] = float(any(r[3] == merchant for r in at))
+        out[fd.card_previous(step, "same_country")] = float(any(r[4] == country for r in at))
     return out
 
 
@@ -97,6 +106,26 @@ def test_hand_made_card_history():
     assert f[fd.CARD_SECONDS_SINCE_PREV][first] == fd.NO_PREVIOUS_SECONDS
     assert f[fd.CARD_AMOUNT_TO_MEAN_30D][first] == fd.NO_HISTORY_AMOUNT_RATIO
     assert f[fd.card_count(30)][4] == 0.0  # another card's payments are not this card's history
+
+
+def test_the_card_sequence_reads_its_last_instants_most_recent_first():
+    rows = [(0, T0 - 31 * US_PER_DAY, 5.0, 1, 7),  # beyond the 30-day lookback of every query below
+            (0, T0, 10.0, 1, 7), (0, T0 + H, 20.0, 2, 7), (0, T0 + H, 30.0, 3, 8),  # a tie: one instant
+            (0, T0 + 2 * H, 40.0, 3, 9), (1, T0 + 90 * 60 * US_PER_SECOND, 999.0, 3, 9)]
+    h = events(rows)
+    f = card_features(h, h)
+    latest = 4  # card 0 at T0 + 2h, merchant 3, country 9
+    assert f[fd.card_previous(1, "seconds_before")][latest] == 3600.0
+    assert f[fd.card_previous(1, "amount")][latest] == 50.0  # the tied payments' total
+    assert f[fd.card_previous(1, "same_merchant")][latest] == 1.0  # one of the two was at merchant 3
+    assert f[fd.card_previous(1, "same_country")][latest] == 0.0  # neither was in country 9
+    assert (f[fd.card_previous(2, "seconds_before")][latest], f[fd.card_previous(2, "amount")][latest]) == (7200.0, 10.0)
+    # Only two instants in the lookback (the 31-day-old payment is out, card 1's is not this card's).
+    assert f[fd.card_previous(3, "seconds_before")][latest] == fd.NO_PREVIOUS_SECONDS
+    assert f[fd.card_previous(3, "amount")][latest] == f[fd.card_previous(3, "same_merchant")][latest] == 0.0
+    # The tied payments do not see each other: each one's latest instant is T0.
+    assert f[fd.card_previous(1, "seconds_before")][2] == f[fd.card_previous(1, "seconds_before")][3] == 3600.0
+    assert f[fd.card_previous(1, "seconds_before")][5] == fd.NO_PREVIOUS_SECONDS  # card 1's first payment
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
