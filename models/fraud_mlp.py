@@ -13,8 +13,15 @@ the calibration temperature (buffers) and the weights; a blended model also carr
 booster (:mod:`models.gbm`, saved beside the weights as text) whose weighted raw score is added to
 the calibrated logit. Saving writes ``model.safetensors`` (tensors
 only) and ``model.json`` (the architecture config); loading never unpickles objects. A config
-without ``numeric_bins`` / ``ensemble_size`` (a model saved before they existed) loads as the plain
-standardised-input, single-output model it was.
+without ``numeric_bins`` / ``ensemble_size`` / ``sequence_hidden`` (a model saved before they existed)
+loads as the plain standardised-input, single-output model it was.
+
+Sequence branch (``sequence_hidden > 0``): the card's last payments (``sequence_columns``, step-major,
+step 1 the most recent) are also read as a sequence. Their standardised values go, oldest to newest,
+through a GRU whose last hidden state joins the MLP's input. What matters there is order and gaps:
+whether the payments before this one shared its merchant and country, and how close together they
+came, a pattern a per-column embedding sees only one cell at a time. The columns stay in the numeric
+path as well; the GRU reads them in addition.
 """
 
 from __future__ import annotations
@@ -49,6 +56,11 @@ class FraudModelConfig:
     numeric_bins: int = 0  # PLE bins per numeric feature; 0 = standardised values only
     numeric_embedding_dim: int = 8  # width of each numeric feature's embedding (with numeric_bins > 0)
     ensemble_size: int = 1  # TabM-mini members sharing the backbone
+    # The card's last payments, step-major (steps x fields, step 1 the most recent), all among
+    # numeric_features; read by a GRU of width sequence_hidden (0 = no sequence branch).
+    sequence_columns: tuple[str, ...] = ()
+    sequence_steps: int = 0
+    sequence_hidden: int = 0
 
     def to_json(self) -> str:
         # No sort_keys: the order of categorical_features is the order of the embedding tables.
@@ -58,6 +70,7 @@ class FraudModelConfig:
     def from_json(text: str) -> FraudModelConfig:
         d = json.loads(text)
         d["numeric_features"] = tuple(d["numeric_features"])
+        d["sequence_columns"] = tuple(d.get("sequence_columns", ()))
         return FraudModelConfig(**d)
 
 
@@ -122,6 +135,40 @@ class MemberHeads(nn.Module):
         return (h * self.weight).sum(-1) + self.bias
 
 
+def sequence_column_index(config: FraudModelConfig) -> list[int]:
+    """Positions of ``config.sequence_columns`` in ``numeric_features``, step-major; raises
+    ``ValueError`` naming what is wrong when a sequence branch (``sequence_hidden > 0``) cannot be built."""
+    columns, steps = config.sequence_columns, config.sequence_steps
+    if config.sequence_hidden < 0:
+        raise ValueError(f"sequence_hidden must be >= 0 (0 = no sequence branch), got {config.sequence_hidden}")
+    if not columns:
+        raise ValueError("sequence_hidden > 0 needs sequence_columns (the card's last payments, step-major)")
+    if steps < 1 or len(columns) % steps:
+        raise ValueError(f"{len(columns)} sequence_columns do not split into sequence_steps = {steps} steps")
+    missing = [c for c in columns if c not in config.numeric_features]
+    if missing:
+        raise ValueError(f"sequence_columns not among numeric_features: {missing}")
+    return [config.numeric_features.index(c) for c in columns]
+
+
+class SequenceEncoder(nn.Module):
+    """``z[B, F] -> [B, hidden]``: the sequence columns of the standardised values as
+    ``[B, steps, fields]``, run oldest -> newest through a GRU; its last hidden state."""
+
+    def __init__(self, index: list[int], steps: int, hidden: int) -> None:
+        super().__init__()
+        self.steps, self.fields = steps, len(index) // steps
+        # Derived from the config, so not saved with the weights (persistent=False).
+        self.register_buffer("index", torch.tensor(index, dtype=torch.int64), persistent=False)
+        self.gru = nn.GRU(self.fields, hidden, batch_first=True)
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        # Step 1 is the most recent payment: flip so the GRU ends on it.
+        steps = z.index_select(1, self.index).unflatten(1, (self.steps, self.fields)).flip(1)
+        _, last = self.gru(steps)  # [1, B, hidden]
+        return last[0]
+
+
 class FraudModel(nn.Module):
     """``forward(numeric[B, F] float32, categorical[B, C] int64) -> logit[B]`` (the members' mean);
     ``per_member=True`` gives the members' logits ``[B, ensemble_size]`` (training)."""
@@ -141,8 +188,10 @@ class FraudModel(nn.Module):
         self.embeddings = nn.ModuleList(
             nn.Embedding(card, config.embedding_dim) for card in config.categorical_features.values()
         )
+        self.sequence = (SequenceEncoder(sequence_column_index(config), config.sequence_steps,
+                                         config.sequence_hidden) if config.sequence_hidden != 0 else None)
         numeric_dim = n_num * (config.numeric_embedding_dim if config.numeric_bins > 0 else 1)
-        in_dim = numeric_dim + config.embedding_dim * len(config.categorical_features)
+        in_dim = numeric_dim + config.embedding_dim * len(config.categorical_features) + config.sequence_hidden
         self.input = nn.Linear(in_dim, config.hidden_dim)
         if config.ensemble_size > 1:
             # TabM-mini's adapter: random signs make the members differ from the first step on.
@@ -172,6 +221,8 @@ class FraudModel(nn.Module):
         for i, emb in enumerate(self.embeddings):
             codes = categorical[:, i].clamp(0, emb.num_embeddings - 1)
             parts.append(emb(codes))
+        if self.sequence is not None:
+            parts.append(self.sequence(z))
         h = self.input(torch.cat(parts, dim=1)).unsqueeze(1)  # [B, 1, H]
         if self.config.ensemble_size > 1:
             h = h * self.member_scale  # [B, k, H]

@@ -55,6 +55,9 @@ class ModelConfig:
     numeric_bins: int = 16  # piecewise-linear bins per numeric feature, edges from a decision tree
     numeric_embedding_dim: int = 8
     ensemble_size: int = 4  # TabM-mini members; each multiplies the backbone's compute
+    # Width of the GRU over the card's last payments (their order and gaps); 0 = the columns only.
+    # A dataset without the sequence columns (feature version < 4) trains without it whatever this says.
+    sequence_hidden: int = 32
 
 
 @dataclass(frozen=True)
@@ -284,6 +287,7 @@ def validate_config(config: TrainConfig, source: str) -> TrainConfig:
         (config.model.numeric_bins >= 0, "model.numeric_bins must be >= 0 (0 = no piecewise-linear encoding)"),
         (config.model.numeric_embedding_dim >= 1, "model.numeric_embedding_dim must be >= 1"),
         (config.model.ensemble_size >= 1, "model.ensemble_size must be >= 1"),
+        (config.model.sequence_hidden >= 0, "model.sequence_hidden must be >= 0 (0 = no sequence encoder)"),
         (config.optim.accumulation_steps >= 1, "optim.accumulation_steps must be >= 1"),
         (0.0 <= config.optim.ema_decay < 1.0, "optim.ema_decay must be in [0, 1) (0 = no weight average)"),
         *_compression_checks(config.compression),

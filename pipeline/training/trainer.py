@@ -27,6 +27,7 @@ from models.fraud_mlp import FraudModel, FraudModelConfig
 from models.piecewise_linear import fit_bin_edges
 from pipeline.config import to_dict
 from pipeline.datasets.manifest import load_manifest, manifest_path
+from pipeline.features import definitions as fd
 from pipeline.training import run_dir as files
 from pipeline.training.checkpoint import Checkpointer
 from pipeline.training.comm_hooks import CommTiming, register_compression
@@ -83,6 +84,16 @@ class TrainerState:
     bytes_dense_total: int = 0  # what fp32 all-reduce would have handed over
 
 
+def sequence_branch(numeric_features: tuple[str, ...], sequence_hidden: int) -> dict[str, Any]:
+    """The sequence fields of FraudModelConfig for a dataset with these ``numeric_features``: the
+    card's last payments (fd.SEQUENCE_FEATURES) read by a GRU of width ``sequence_hidden``, or no
+    branch when the dataset lacks any of those columns (built before feature version 4)."""
+    if not set(fd.SEQUENCE_FEATURES) <= set(numeric_features):
+        return {"sequence_columns": (), "sequence_steps": 0, "sequence_hidden": 0}
+    return {"sequence_columns": fd.SEQUENCE_FEATURES, "sequence_steps": fd.SEQUENCE_STEPS,
+            "sequence_hidden": sequence_hidden}
+
+
 def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
@@ -96,7 +107,9 @@ class Trainer:
         torch.manual_seed(config.loop.seed)
         self.model_config = FraudModelConfig(
             numeric_features=self.manifest.numeric_features,
-            categorical_features=dict(self.manifest.categorical_features), **to_dict(config.model))
+            categorical_features=dict(self.manifest.categorical_features),
+            **{**to_dict(config.model),
+               **sequence_branch(self.manifest.numeric_features, config.model.sequence_hidden)})
         self.model = FraudModel(self.model_config).to(env.device)
         accumulation = config.optim.accumulation_steps
         micro_rows = split_global_batch(config.data.global_batch_size, env.world_size, accumulation)

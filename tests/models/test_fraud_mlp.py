@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -19,6 +20,7 @@ from models.fraud_mlp import (
     save_model,
     squash,
 )
+from pipeline.serving.scorer import traced_logit
 from pipeline.training.calibration import Calibration, apply_calibration
 
 CONFIG = FraudModelConfig(("amount", "velocity"), {"mcc": 6, "country": 3}, embedding_dim=3, hidden_dim=16,
@@ -155,3 +157,100 @@ def test_a_config_saved_before_bins_and_members_loads_as_the_original_architectu
             ("fc2.weight", (16, 32)), ("fc2.bias", (16,)))},
         "head.0.weight": (16,), "head.0.bias": (16,), "head.1.weight": (1, 16), "head.1.bias": (1,),
     }
+
+
+# Two steps of (gap, same merchant), step 1 the latest, scattered among the other columns.
+SEQ_NUMERIC = ("p2_gap", "amount", "p1_gap", "p1_same", "velocity", "p2_same")
+SEQ_CONFIG = FraudModelConfig(SEQ_NUMERIC, {"mcc": 6}, embedding_dim=3, hidden_dim=16, num_blocks=1, dropout=0.0,
+                              sequence_columns=("p1_gap", "p1_same", "p2_gap", "p2_same"), sequence_steps=2,
+                              sequence_hidden=5)
+
+
+def _seq_inputs(n: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(0)
+    return torch.randn(n, len(SEQ_NUMERIC), generator=gen) * 3, torch.randint(0, 6, (n, 1), generator=gen)
+
+
+def test_the_sequence_encoder_runs_its_gru_over_the_steps_oldest_first():
+    torch.manual_seed(0)
+    model = FraudModel(SEQ_CONFIG).eval()
+    z, _ = _seq_inputs()
+    col = {name: i for i, name in enumerate(SEQ_NUMERIC)}
+    oldest_first = torch.stack([z[:, [col["p2_gap"], col["p2_same"]]], z[:, [col["p1_gap"], col["p1_same"]]]], dim=1)
+    _, expected = model.sequence.gru(oldest_first)
+    torch.testing.assert_close(model.sequence(z), expected[0], rtol=0, atol=0)
+    other = z.clone()
+    other[:, [col["amount"], col["velocity"]]] += 5.0  # not sequence columns: the GRU does not read them
+    torch.testing.assert_close(model.sequence(other), model.sequence(z), rtol=0, atol=0)
+
+
+def test_the_sequence_branch_adds_a_gru_to_the_mlp_input_and_trains_it():
+    torch.manual_seed(0)
+    plain = FraudModel(FraudModelConfig(SEQ_NUMERIC, {"mcc": 6}, embedding_dim=3, hidden_dim=16, num_blocks=1))
+    model = FraudModel(SEQ_CONFIG)
+    hidden, fields = 5, 2
+    gru = 3 * (hidden * fields + hidden * hidden + 2 * hidden)
+    count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    assert count(model) - count(plain) == gru + 16 * hidden  # the GRU, and its width more input columns
+    assert model.input.weight.shape == (16, len(SEQ_NUMERIC) + 3 + hidden)
+    x, c = _seq_inputs()
+    model(x, c).sum().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.sequence.gru.parameters())
+
+
+def test_a_sequence_column_reaches_the_logit_through_the_gru():
+    torch.manual_seed(0)
+    model = FraudModel(SEQ_CONFIG).eval()
+    with torch.no_grad():  # cut every column's direct path: what is left is the GRU's
+        model.input.weight[:, : len(SEQ_NUMERIC)] = 0.0
+    x, c = _seq_inputs()
+    moved, other = x.clone(), x.clone()
+    moved[:, SEQ_NUMERIC.index("p2_same")] += 3.0
+    other[:, SEQ_NUMERIC.index("amount")] += 3.0
+    assert (model(moved, c) - model(x, c)).abs().min() > 1e-4
+    torch.testing.assert_close(model(other, c), model(x, c), rtol=0, atol=0)
+
+
+def test_a_sequence_model_survives_save_and_load(tmp_path):
+    torch.manual_seed(0)
+    model = FraudModel(SEQ_CONFIG).eval()
+    model.set_normalization(torch.linspace(-1.0, 1.0, 6), torch.linspace(0.5, 2.0, 6))
+    save_model(model, tmp_path / "m")
+    loaded = load_model(tmp_path / "m")
+    assert loaded.config == SEQ_CONFIG and isinstance(loaded.config.sequence_columns, tuple)
+    x, c = _seq_inputs()
+    torch.testing.assert_close(loaded(x, c), model(x, c), rtol=0, atol=0)
+
+
+def test_a_config_saved_before_the_sequence_branch_loads_without_it():
+    legacy = {k: v for k, v in json.loads(CONFIG.to_json()).items()
+              if k not in ("sequence_columns", "sequence_steps", "sequence_hidden")}
+    config = FraudModelConfig.from_json(json.dumps(legacy))
+    assert config == CONFIG
+    model = FraudModel(config)
+    assert model.sequence is None and not any(k.startswith("sequence") for k in model.state_dict())
+
+
+@pytest.mark.parametrize(("change", "needle"), [
+    ({"sequence_columns": ("p1_gap", "p1_same", "p2_gap", "missing")}, "not among numeric_features: \\['missing'\\]"),
+    ({"sequence_steps": 3}, "do not split into sequence_steps = 3"),
+    ({"sequence_steps": 0}, "do not split into sequence_steps = 0"),
+    ({"sequence_columns": ()}, "needs sequence_columns"),
+    ({"sequence_hidden": -1}, "must be >= 0"),
+])
+def test_an_invalid_sequence_config_is_refused_by_name(change, needle):
+    with pytest.raises(ValueError, match=needle):
+        FraudModel(dataclasses.replace(SEQ_CONFIG, **change))
+
+
+def test_the_traced_sequence_model_scores_like_the_eager_one():
+    torch.manual_seed(0)
+    model = FraudModel(dataclasses.replace(SEQ_CONFIG, numeric_bins=3, numeric_embedding_dim=4, ensemble_size=3))
+    model.set_bin_edges(torch.tensor([[-3.0, -1.0, 1.0, 3.0]] * len(SEQ_NUMERIC)))
+    model.eval()
+    graph = traced_logit(model)
+    x, c = _seq_inputs(5)  # not the traced example's batch size
+    x[1, SEQ_NUMERIC.index("p1_gap")] = float("nan")
+    with torch.inference_mode():
+        torch.testing.assert_close(graph(x, c), model.calibrated_logit(x, c), rtol=0, atol=1e-5)
+        torch.testing.assert_close(graph(x[:1], c[:1]), model.calibrated_logit(x[:1], c[:1]), rtol=0, atol=1e-5)

@@ -57,7 +57,8 @@ def train_model(features: pd.DataFrame, steps: int = 60, seed: int = 0) -> Fraud
     """Full-batch Adam on every row: a real model of the current feature schema, tiny and fast."""
     torch.manual_seed(seed)
     config = FraudModelConfig(numeric_features=fd.NUMERIC_FEATURES, categorical_features=dict(fd.CATEGORICAL_FEATURES),
-                              embedding_dim=4, hidden_dim=16, num_blocks=1, dropout=0.0)
+                              embedding_dim=4, hidden_dim=16, num_blocks=1, dropout=0.0,
+                              sequence_columns=fd.SEQUENCE_FEATURES, sequence_steps=fd.SEQUENCE_STEPS, sequence_hidden=4)
     model = FraudModel(config)
     numeric, categorical = frame_to_tensors(features, config)
     squashed = torch.sign(numeric) * torch.log1p(numeric.abs())

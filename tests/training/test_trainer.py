@@ -19,10 +19,12 @@ import torch
 
 from models.fraud_mlp import load_model
 from pipeline.datasets.manifest import load_manifest
+from pipeline.features import definitions as fd
 from pipeline.training.checkpoint import TRAINER_FILE, load_tensor_file, rank_file
 from pipeline.training.export import export_model_from_checkpoint
 from pipeline.training.launch import Torchrun, TrainingJobFailed, run_training
 from pipeline.training.run_dir import RunDir
+from pipeline.training.trainer import sequence_branch
 from tests.training.dataset_factory import write_conf_dir
 
 pytestmark = pytest.mark.slow
@@ -226,3 +228,11 @@ def test_a_sampled_run_takes_its_own_epochs_and_validation_period(workdir, tiny_
                            log_file=workdir / "sampled-loop.log")
     validated = [json.loads(line)["epoch"] for line in RunDir(run_dir).epochs.read_text().splitlines()]
     assert summary.completed and summary.epochs == 3 and validated == [1, 2]
+
+
+def test_the_sequence_branch_is_built_only_for_datasets_that_have_the_cards_last_payments():
+    with_sequence = sequence_branch(fd.NUMERIC_FEATURES, 32)
+    assert with_sequence == {"sequence_columns": fd.SEQUENCE_FEATURES, "sequence_steps": fd.SEQUENCE_STEPS,
+                             "sequence_hidden": 32}
+    before_version_4 = tuple(n for n in fd.NUMERIC_FEATURES if n not in fd.SEQUENCE_FEATURES[-1:])
+    assert sequence_branch(before_version_4, 32) == {"sequence_columns": (), "sequence_steps": 0, "sequence_hidden": 0}
