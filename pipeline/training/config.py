@@ -57,7 +57,8 @@ class ModelConfig:
     ensemble_size: int = 4  # TabM-mini members; each multiplies the backbone's compute
     # Width of the GRU over the card's last payments (their order and gaps); 0 = the columns only.
     # A dataset without the sequence columns (feature version < 4) trains without it whatever this says.
-    sequence_hidden: int = 32
+    # Off by default: measured, it adds nothing over the same columns (see conf/prod/train.toml).
+    sequence_hidden: int = 0
 
 
 @dataclass(frozen=True)
