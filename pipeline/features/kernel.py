@@ -259,48 +259,38 @@ def _card_sequence(h: CardEvents, q: CardEvents, cents: np.ndarray, start: np.nd
     The history is sorted by (key, time), so a key's instants are runs of equal times and the
     ``k``-th instant before a query is the run ``k - 1`` runs before the one holding ``end - 1``; it
     is in the lookback when its first event is at or after ``start`` (a run is all or nothing: its
-    events share one time). Flags read every event of a run; runs are one event but for ties, so
-    expanding each (query, step) to its run's events costs about one element each.
+    events share one time), and once one step is not, no older one is. One step at a time, so every
+    temporary is one value per query. A run is one event but for ties: the flags compare that
+    event, and only the (query, step) pairs whose run holds more are expanded to all its events.
     """
-    new_run = np.ones(len(h), dtype=bool)
-    if len(h):
-        new_run[1:] = (h.key[1:] != h.key[:-1]) | (h.ts_us[1:] != h.ts_us[:-1])
-    run_of = np.cumsum(new_run) - 1  # each event's run
-    run_first = np.flatnonzero(new_run)
-    run_length = np.diff(np.append(run_first, len(h)))
-    run_cents = np.add.reduceat(cents, run_first) if len(h) else np.zeros(0, dtype=np.int64)
-    latest = run_of[np.maximum(end - 1, 0)] if len(h) else np.zeros(len(q), dtype=np.int64)
-    steps = latest[:, None] - np.arange(fd.SEQUENCE_STEPS)[None, :]  # [queries, steps]
-    safe = np.maximum(steps, 0)
-    present = (end > start)[:, None] & (steps >= 0)
-    if len(h):
-        present &= run_first[safe] >= start[:, None]
-    else:
-        safe = np.zeros_like(steps)
-    # Every present (query, step) expanded to its run's events, to read whether any shares the query's value.
-    pairs = np.flatnonzero(present.ravel())
-    lengths = run_length[safe.ravel()[pairs]] if len(h) else np.zeros(0, dtype=np.int64)
-    offsets = np.cumsum(lengths) - lengths
-    events = np.repeat(run_first[safe.ravel()[pairs]] - offsets, lengths) + np.arange(int(lengths.sum()))
-    query_of = np.repeat(pairs // fd.SEQUENCE_STEPS, lengths)
+    if not len(h):  # one event no query can see, so the gathers below have something to read
+        h, cents = CardEvents(*(np.zeros(1, dtype=np.int64) for _ in range(5))), np.zeros(1, dtype=np.int64)
     out: dict[str, np.ndarray] = {}
-    seconds = np.full(steps.shape, fd.NO_PREVIOUS_SECONDS)
-    amount = np.zeros(steps.shape)
-    if len(h):
-        seconds = np.where(present, (q.ts_us[:, None] - h.ts_us[run_first[safe]]).astype(np.float64) / US_PER_SECOND,
-                           fd.NO_PREVIOUS_SECONDS)
-        amount = np.where(present, run_cents[safe].astype(np.float64) / 100, 0.0)
-    flags = {}
-    for field, values, query_values in (("same_merchant", h.merchant, q.merchant), ("same_country", h.country, q.country)):
-        same = np.zeros(steps.size)
-        if len(pairs):
-            same[pairs] = np.logical_or.reduceat(values[events] == query_values[query_of], offsets)
-        flags[field] = same.reshape(steps.shape)
-    for step in range(fd.SEQUENCE_STEPS):
-        out[fd.card_previous(step + 1, "seconds_before")] = seconds[:, step]
-        out[fd.card_previous(step + 1, "amount")] = amount[:, step]
-        for field, same in flags.items():
-            out[fd.card_previous(step + 1, field)] = same[:, step]
+    new_run = np.ones(len(h), dtype=bool)
+    new_run[1:] = (h.key[1:] != h.key[:-1]) | (h.ts_us[1:] != h.ts_us[:-1])
+    run_first = np.flatnonzero(new_run)
+    ties = len(run_first) < len(h)
+    run_length = np.diff(np.append(run_first, len(h)))
+    run_cents = np.add.reduceat(cents, run_first) if ties else cents
+    run = (np.cumsum(new_run) - 1)[np.maximum(end - 1, 0)]
+    present = end > start  # the query's latest run is in its lookback
+    for step in range(1, fd.SEQUENCE_STEPS + 1):
+        first = run_first[np.maximum(run, 0)]
+        present &= (run >= 0) & (first >= start)
+        out[fd.card_previous(step, "seconds_before")] = np.where(
+            present, (q.ts_us - h.ts_us[first]).astype(np.float64) / US_PER_SECOND, fd.NO_PREVIOUS_SECONDS)
+        out[fd.card_previous(step, "amount")] = np.where(present, run_cents[np.maximum(run, 0)] / 100, 0.0)
+        tied = np.flatnonzero(present & (run_length[np.maximum(run, 0)] > 1)) if ties else np.zeros(0, dtype=np.int64)
+        lengths = run_length[run[tied]]
+        offsets = np.cumsum(lengths) - lengths
+        events = np.repeat(first[tied] - offsets, lengths) + np.arange(int(lengths.sum()))
+        for field, values, query_values in (("same_merchant", h.merchant, q.merchant),
+                                            ("same_country", h.country, q.country)):
+            same = present & (values[first] == query_values)
+            if len(tied):  # any event of the instant, not only its first
+                same[tied] = np.logical_or.reduceat(values[events] == np.repeat(query_values[tied], lengths), offsets)
+            out[fd.card_previous(step, field)] = same.astype(np.float64)
+        run = run - 1
     return out
 
 

@@ -126,6 +126,9 @@ def test_the_card_sequence_reads_its_last_instants_most_recent_first():
     # The tied payments do not see each other: each one's latest instant is T0.
     assert f[fd.card_previous(1, "seconds_before")][2] == f[fd.card_previous(1, "seconds_before")][3] == 3600.0
     assert f[fd.card_previous(1, "seconds_before")][5] == fd.NO_PREVIOUS_SECONDS  # card 1's first payment
+    # A card's first payment queried against no history at all (the online form of a new card).
+    alone = card_features(events([]), events([(0, T0, 10.0, 1, 7)]))
+    assert [alone[fd.card_previous(1, field)][0] for field in fd.SEQUENCE_FIELDS] == [fd.NO_PREVIOUS_SECONDS, 0, 0, 0]
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
