@@ -55,6 +55,7 @@ from pipeline.registry.model_package import log_pyfunc_model, register_version
 from pipeline.registry.store import CHAMPION, connect, ensure_experiment
 from pipeline.serving.process import Ready
 from pipeline.simulation import SimulationConfig, simulate
+from pipeline.training.trainer import sequence_branch
 
 HISTORY_DAYS = 7  # published before the day whose payments are sent
 SIMULATION_SEED = 3
@@ -159,9 +160,10 @@ def train_model(features: pd.DataFrame, seed: int) -> FraudModel:
     ``label``): realistic scores; the serving cost does not depend on how well it was trained."""
     torch.manual_seed(seed)
     features = features.sample(n=min(TRAIN_ROWS, len(features)), random_state=seed)
-    # The sequence branch as a trained model carries it (BENCH_MODEL sets its width), so its cost is measured.
-    model = FraudModel(FraudModelConfig(fd.NUMERIC_FEATURES, dict(fd.CATEGORICAL_FEATURES), **BENCH_MODEL,
-                                        sequence_columns=fd.SEQUENCE_FEATURES, sequence_steps=fd.SEQUENCE_STEPS))
+    # The sequence branch exactly as the trainer builds it for conf/prod's [model] (BENCH_MODEL).
+    model = FraudModel(FraudModelConfig(fd.NUMERIC_FEATURES, dict(fd.CATEGORICAL_FEATURES),
+                                        **{**BENCH_MODEL, **sequence_branch(fd.NUMERIC_FEATURES,
+                                                                            BENCH_MODEL["sequence_hidden"])}))
     numeric, categorical = frame_to_tensors(features, model.config)
     squashed = torch.sign(numeric) * torch.log1p(numeric.abs())
     model.set_normalization(squashed.mean(0), squashed.std(0))

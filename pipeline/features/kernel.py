@@ -275,13 +275,14 @@ def _card_sequence(h: CardEvents, q: CardEvents, cents: np.ndarray, start: np.nd
     run = (np.cumsum(new_run) - 1)[np.maximum(end - 1, 0)]
     present = end > start  # the query's latest run is in its lookback
     for step in range(1, fd.SEQUENCE_STEPS + 1):
-        first = run_first[np.maximum(run, 0)]
+        at = np.maximum(run, 0)  # a run index to gather at; ``present`` says whether it is the step's
+        first = run_first[at]
         present &= (run >= 0) & (first >= start)
         out[fd.card_previous(step, "seconds_before")] = np.where(
             present, (q.ts_us - h.ts_us[first]).astype(np.float64) / US_PER_SECOND, fd.NO_PREVIOUS_SECONDS)
-        out[fd.card_previous(step, "amount")] = np.where(present, run_cents[np.maximum(run, 0)] / 100, 0.0)
-        tied = np.flatnonzero(present & (run_length[np.maximum(run, 0)] > 1)) if ties else np.zeros(0, dtype=np.int64)
-        lengths = run_length[run[tied]]
+        out[fd.card_previous(step, "amount")] = np.where(present, run_cents[at] / 100, 0.0)
+        tied = np.flatnonzero(present & (run_length[at] > 1)) if ties else np.zeros(0, dtype=np.int64)
+        lengths = run_length[at[tied]]
         offsets = np.cumsum(lengths) - lengths
         events = np.repeat(first[tied] - offsets, lengths) + np.arange(int(lengths.sum()))
         for field, values, query_values in (("same_merchant", h.merchant, q.merchant),

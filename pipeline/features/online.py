@@ -200,17 +200,21 @@ def card_columns(card: WindowedLog, ts_us: int, amount: float, merchant: str, co
     return out
 
 
+# Per step, its columns in SEQUENCE_FIELDS order: named once, not on every scored payment.
+_SEQUENCE_COLUMNS = tuple(tuple(fd.card_previous(step, field) for field in fd.SEQUENCE_FIELDS)
+                          for step in range(1, fd.SEQUENCE_STEPS + 1))
+_NO_STEP = (fd.NO_PREVIOUS_SECONDS, 0.0, 0.0, 0.0)  # a step the card has no payment for
+
+
 def _add_sequence(out: dict[str, float], card: WindowedLog, ts_us: int, merchant: str, country: str | None) -> None:
     """:data:`.definitions.SEQUENCE_FEATURES` of a payment at the card log's cursor: its last
     instants, walked back from the cursor through the lookback window's events (the kernel's runs of
     equal times; a step costs its instant's payments, one but for ties)."""
     times, rows, i = card.ts, card.rows, card.hi - 1
     oldest = card.lo[_CARD_AT[LOOKBACK_US]]
-    for step in range(1, fd.SEQUENCE_STEPS + 1):
+    for columns in _SEQUENCE_COLUMNS:
         if i < oldest:
-            out[fd.card_previous(step, "seconds_before")] = fd.NO_PREVIOUS_SECONDS
-            out[fd.card_previous(step, "amount")] = 0.0
-            out[fd.card_previous(step, "same_merchant")] = out[fd.card_previous(step, "same_country")] = 0.0
+            out.update(zip(columns, _NO_STEP, strict=True))
             continue
         instant, cents, same_merchant, same_country = times[i], 0, False, False
         while i >= oldest and times[i] == instant:
@@ -219,10 +223,8 @@ def _add_sequence(out: dict[str, float], card: WindowedLog, ts_us: int, merchant
             same_merchant |= row_merchant == merchant
             same_country |= row_country == country
             i -= 1
-        out[fd.card_previous(step, "seconds_before")] = float(ts_us - instant) / US_PER_SECOND
-        out[fd.card_previous(step, "amount")] = float(cents) / 100
-        out[fd.card_previous(step, "same_merchant")] = float(same_merchant)
-        out[fd.card_previous(step, "same_country")] = float(same_country)
+        out.update(zip(columns, (float(ts_us - instant) / US_PER_SECOND, float(cents) / 100,
+                                 float(same_merchant), float(same_country)), strict=True))
 
 
 def merchant_columns(merchant: _Merchant, ts_us: int) -> dict[str, float]:
