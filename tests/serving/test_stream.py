@@ -244,7 +244,8 @@ def test_a_broker_that_goes_away_degrades_health_warns_of_lost_decisions_and_sco
     broker = EmbeddedBroker("127.0.0.1", free_port(), tmp_path / "broker.log")  # ours alone: it gets stopped
     broker.start()
     try:
-        kafka = KafkaConfig(bootstrap_servers=broker.bootstrap_servers, partitions=1)
+        # A short request timeout: the feed finds the broker gone in seconds, not the 15 s default.
+        kafka = KafkaConfig(bootstrap_servers=broker.bootstrap_servers, partitions=1, request_timeout_s=3.0)
         broker.create_topics(kafka.topics(), kafka.partitions)
         serving = replace(serving_config, scores=ScoresConfig(topic="scores", create_topic=True),
                           stream=StreamConfig(seed_from_raw_store=False, watch_interval_s=0.2))
