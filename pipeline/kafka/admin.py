@@ -89,6 +89,13 @@ def _list_topics(admin: AdminClient, kafka: KafkaConfig):
         admin.poll(0)  # an AdminClient delivers its queued log lines only when polled
 
 
+def topic_exists(kafka: KafkaConfig, topic: str) -> bool:
+    """Whether ``topic`` exists (and reads without error); ``KafkaUnavailable`` if the cluster cannot be reached."""
+    with _admin(kafka) as admin:
+        md = _list_topics(admin, kafka)
+    return topic in md.topics and md.topics[topic].error is None
+
+
 def topic_partitions(kafka: KafkaConfig, topic: str) -> list[int]:
     """Partition ids of ``topic``; ``KafkaUnavailable`` if the topic does not exist."""
     with _admin(kafka) as admin:

@@ -17,8 +17,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
@@ -32,9 +30,9 @@ from pipeline.decisions.operating_points import (
 )
 from pipeline.ingest.raw_layout import RawStore
 from pipeline.ingest.raw_reader import read_raw
-from pipeline.kafka.admin import KafkaUnavailable
+from pipeline.kafka.admin import topic_exists
 from pipeline.kafka.reader import ConsumedRecord, read_topic
-from pipeline.kafka.settings import KafkaConfig, with_log_routing
+from pipeline.kafka.settings import KafkaConfig
 from pipeline.monitoring.figures import RankingExpectation, VersionReference, ranking_expectation
 from pipeline.monitoring.join import Report
 from pipeline.monitoring.missed_frauds import MissedFraudReference, missed_fraud_reference
@@ -52,17 +50,7 @@ REPORT_COLUMNS = ("transaction_id", "is_fraud", "reported_at")  # what the join 
 def read_scores(kafka: KafkaConfig, topic: str) -> list[ConsumedRecord] | None:
     """Every record of the scores topic; None when the topic does not exist (nothing was ever scored).
     Raises KafkaUnavailable when the cluster cannot be reached or read."""
-    with AdminClient(with_log_routing(kafka.confluent())) as admin:  # closed here, never by GC (kafka/admin.py)
-        try:
-            topics = admin.list_topics(timeout=kafka.request_timeout_s).topics
-        except KafkaException as exc:
-            raise KafkaUnavailable(f"Kafka at {kafka.bootstrap_servers} is unreachable ({exc}); check "
-                                   "KAFKA_BOOTSTRAP_SERVERS / --bootstrap-servers") from exc
-        finally:
-            admin.poll(0)
-    if topic not in topics or topics[topic].error is not None:
-        return None
-    return read_topic(kafka, topic)
+    return read_topic(kafka, topic) if topic_exists(kafka, topic) else None
 
 
 # ---- raw store ------------------------------------------------------------------------------------

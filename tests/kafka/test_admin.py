@@ -10,6 +10,7 @@ from pipeline.kafka.admin import (
     KafkaUnavailable,
     create_topics,
     end_offsets,
+    topic_exists,
     topic_partitions,
     wait_until_ready,
 )
@@ -46,6 +47,14 @@ def test_missing_topic_and_unreachable_broker_are_explained(kafka_config):
         topic_partitions(dead, "transactions")
 
 
+def test_topic_exists_tells_a_missing_topic_from_an_unreachable_broker(kafka_config):
+    assert topic_exists(kafka_config, kafka_config.transactions_topic)
+    assert not topic_exists(kafka_config, "no-such-topic")
+    dead = KafkaConfig(bootstrap_servers="127.0.0.1:1", request_timeout_s=1.0)
+    with pytest.raises(KafkaUnavailable, match="unreachable"):
+        topic_exists(dead, "transactions")
+
+
 def _clients_in(exc: BaseException) -> list[AdminClient]:
     """The admin clients that the frames of ``exc``'s traceback hold: what a kept exception keeps alive."""
     frames, tb = [], exc.__traceback__
@@ -61,12 +70,12 @@ def test_a_failed_call_leaves_no_open_client_for_the_garbage_collector():
     dead = KafkaConfig(bootstrap_servers="127.0.0.1:1", request_timeout_s=0.5)
     failures = []
     for call in (lambda: topic_partitions(dead, "transactions"), lambda: create_topics(dead, ("t",), 1),
-                 lambda: wait_until_ready(dead.bootstrap_servers, timeout_s=1.0)):
+                 lambda: wait_until_ready(dead.bootstrap_servers, timeout_s=1.0), lambda: topic_exists(dead, "t")):
         with pytest.raises(KafkaUnavailable) as caught:
             call()
         failures.append(caught.value)
     clients = {id(c): c for exc in failures for c in _clients_in(exc)}
-    assert len(clients) == 3  # one client per call
+    assert len(clients) == 4  # one client per call
     for client in clients.values():
         with pytest.raises(RuntimeError, match="closed"):
             client.list_topics(timeout=0.1)
