@@ -47,41 +47,39 @@ def publish(kafka, sim) -> None:
 
 @pytest.mark.slow
 def test_spark_submit_on_a_local_cluster_runs_the_source_and_the_index_lookup_on_executors(
-        tmp_path, state_dir, kafka_config):
+        tmp_path, state_dir, kafka_config, spark):
+    # The stored night comes from an in-process run (the session's Spark): one spark-submit on the local
+    # cluster then reads the resends, so its executors run both the Kafka source and the index look-up.
     sim = small_simulation(days=30, num_cards=100)
     publish(kafka_config, sim)
-    conf = write_conf_dir(tmp_path / "conf", kafka_config, {"shuffle_partitions": "2", "index_lookup": '"spark"',
-                                                            "index_lookup_tasks": "4"})
-
-    def spark_submit(night: int) -> tuple[subprocess.CompletedProcess, dict, dict[str, str]]:
-        report_path = tmp_path / f"report-{night}.json"
-        cmd = [str(SPARK_SUBMIT), "--master", "local-cluster[2,1,1024]", "--conf", "spark.driver.host=127.0.0.1",
-               str(PROJECT_ROOT / "jobs" / "ingest.py"), "--run-date", "2026-01-30", "--report-json", str(report_path)]
-        with local_cluster_logs() as logs:
-            done = subprocess.run(cmd, env=job_env(state_dir, conf), cwd=PROJECT_ROOT, capture_output=True, text=True,
-                                  timeout=400)
-        assert done.returncode == 0, done.stderr[-3000:]
-        return done, json.loads(report_path.read_text()), logs
-
-    done, report, logs = spark_submit(1)
-    tx = report["accounting"][0]
-    assert (tx["read"], tx["valid"]) == (len(sim.transactions), len(sim.transactions))
-    assert "Ingest run" in done.stdout and "fraud-dev @" in done.stdout  # the summary tables
-    # Two executor JVMs ran tasks, among them the Kafka read (stage 0); the driver ran none.
-    assert len(logs) == 2 and all("Running task" in text for text in logs.values())
-    assert any("in stage 0.0" in text for text in logs.values())
+    config = load_ingest_config("dev")
+    config = dataclasses.replace(config, dataset=dataclasses.replace(config.dataset, gap_days=0))  # as write_conf_dir
+    stored = run_nightly(config, kafka_config, date(2026, 1, 30), spark=spark, progress=quiet())
+    assert (stored.accounting[0].read, stored.accounting[0].valid) == (len(sim.transactions), len(sim.transactions))
     assert len(RawStore(state_dir / "raw").committed_files(Kind.TRANSACTION)) > 0
-    manifest = load_manifest(state_dir / "datasets" / "fraud-dev")
-    assert manifest.content_hash == report["dataset"]["content_hash"]
 
     # A resend of stored payments. With index_lookup = "spark" the only look-up in the index is the job of
     # 4 lookup tasks, which a local cluster runs on its executors: every resend found is found there.
     resent = list(sim.transaction_records())[:200]
     assert publish_records(kafka_config, kafka_config.transactions_topic, Kind.TRANSACTION, resent).ok
-    _, report, logs = spark_submit(2)
+    conf = write_conf_dir(tmp_path / "conf", kafka_config, {"shuffle_partitions": "2", "index_lookup": '"spark"',
+                                                            "index_lookup_tasks": "4"})
+    report_path = tmp_path / "report.json"
+    cmd = [str(SPARK_SUBMIT), "--master", "local-cluster[2,1,1024]", "--conf", "spark.driver.host=127.0.0.1",
+           str(PROJECT_ROOT / "jobs" / "ingest.py"), "--run-date", "2026-01-30", "--report-json", str(report_path)]
+    with local_cluster_logs() as logs:
+        done = subprocess.run(cmd, env=job_env(state_dir, conf), cwd=PROJECT_ROOT, capture_output=True, text=True,
+                              timeout=400)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(report_path.read_text())
     tx = report["accounting"][0]
     assert (tx["read"], tx["valid"], tx["duplicates"]) == (200, 0, 200)
+    assert "Ingest run" in done.stdout and "fraud-dev @" in done.stdout  # the summary tables
+    # Two executor JVMs ran tasks, among them the Kafka read (stage 0); the driver ran none.
     assert len(logs) == 2 and all("Running task" in text for text in logs.values())
+    assert any("in stage 0.0" in text for text in logs.values())
+    manifest = load_manifest(state_dir / "datasets" / "fraud-dev")
+    assert manifest.content_hash == report["dataset"]["content_hash"] == stored.dataset.content_hash
 
 
 def _wait_for_landing(raw, proc, timeout_s: float) -> None:
