@@ -53,7 +53,7 @@ from pipeline.bench.dataset import (
     BenchPortfolio,
     bench_portfolio,
 )
-from pipeline.bench.train import BENCH_MODEL
+from pipeline.bench.train import BENCH_EPOCH_RULE, BENCH_MODEL
 from pipeline.datasets.manifest import DatasetManifest
 from pipeline.datasets.reader import read_split
 from pipeline.paths import state_dir
@@ -194,7 +194,8 @@ def _lr_frame(frame: pd.DataFrame, manifest: DatasetManifest) -> pd.DataFrame:
 
 def train_ours(portfolio: BenchPortfolio, workdir: Path, seed: int, quick: bool,
                negative_sample_rate: float = 1.0) -> tuple[RunDir, RunSummary]:
-    """conf/dev's training (batch 512, early stopping on validation AP) with the production architecture;
+    """conf/dev's training (batch 512, early stopping on validation AP) with the production architecture and
+    conf/prod's rule for when validation may pick the epoch (too few validation frauds: the last epoch);
     with ``negative_sample_rate`` < 1, on every fraud and that share of the genuine train rows, by conf/dev's
     sampled settings ([data] weigh_sampled_negatives, [loop] sampled_epochs, sampled_validate_every_epochs)."""
     overrides = {
@@ -203,8 +204,8 @@ def train_ours(portfolio: BenchPortfolio, workdir: Path, seed: int, quick: bool,
         "checkpoint": {"every_steps": 1_000_000},
         # Validation AP peaks by epoch 6-9 on these portfolios; patience 3 stops a run soon after (conf/dev's
         # min_epochs applies: no pick or stop before it).
-        "loop": {"seed": seed, "epochs": 3 if quick else 10, "early_stop_patience": 3, "log_every": 100,
-                 "threads_per_rank": 1, **({"sampled_epochs": 3} if quick else {})},
+        "loop": {**BENCH_EPOCH_RULE, "seed": seed, "epochs": 3 if quick else 10, "early_stop_patience": 3,
+                 "log_every": 100, "threads_per_rank": 1, **({"sampled_epochs": 3} if quick else {})},
     }
     layout = "" if portfolio.layout == STANDARD else f"-{portfolio.layout}"
     name = (f"{portfolio.name}{layout}-seed{seed}"
@@ -220,6 +221,7 @@ def ours_scores(portfolio: BenchPortfolio, splits: dict[str, pd.DataFrame], work
     run, summary = train_ours(portfolio, workdir, seed, quick, negative_sample_rate)
     return Scored(score_frame(run, portfolio.data.holdout.frame), score_frame(run, splits["validation"]),
                   summary.wall_s, {"epochs": summary.epochs, "best_epoch": summary.best_epoch,
+                                   "epoch_picked_by": summary.epoch_picked_by,
                                    "validation_ap_by_epoch": [e["average_precision"] for e in run.read_epochs()],
                                    **blend_figures(summary.blend)})
 

@@ -26,6 +26,8 @@ from pipeline.training.run_dir import RunDir, RunSummary
 
 # The production architecture (conf/prod's [model]) so compute per step and quality are realistic.
 BENCH_MODEL = dataclasses.asdict(load_train_config("prod").model)
+# And conf/prod's rule for when validation may pick the exported epoch, so the bench judges what prod exports.
+BENCH_EPOCH_RULE = {"min_validation_frauds": load_train_config("prod").loop.min_validation_frauds}
 
 
 def run_bench_training(workdir: Path, name: str, dataset_root: Path, nproc: int,

@@ -195,6 +195,9 @@ class LoopConfig:
     # it by noise: in the baseline bench's short layout, epoch 0 was picked in 3 of 9 runs, each losing
     # 0.05-0.08 test-week AP against the same seed's later epochs.
     min_epochs: int = 1
+    # Validation frauds below which validation picks no epoch and stops nothing: the run trains its whole
+    # schedule and exports its last weights (0: validation always picks). See conf/prod's [loop].
+    min_validation_frauds: int = 0
     max_consecutive_skips: int = 5  # non-finite steps in a row before the job fails
     threads_per_rank: int = 1  # torch intra-op threads per process (ranks share the cores)
     validate: bool = True  # per-epoch validation (benchmarks measuring throughput turn it off)
@@ -295,6 +298,9 @@ def validate_config(config: TrainConfig, source: str) -> TrainConfig:
         (config.checkpoint.keep_last >= 1, "checkpoint.keep_last must be >= 1"),
         (config.checkpoint.every_steps >= 1, "checkpoint.every_steps must be >= 1"),
         (config.loop.epochs >= 1, "loop.epochs must be >= 1"),
+        (config.loop.min_validation_frauds >= 0,
+         f"loop.min_validation_frauds must be >= 0 (0 = validation always picks), "
+         f"got {config.loop.min_validation_frauds}"),
         (config.loop.min_epochs >= 1, f"loop.min_epochs must be >= 1 (1 = any validated epoch may be picked), "
                                       f"got {config.loop.min_epochs}"),
         (config.loop.max_consecutive_skips >= 1, "loop.max_consecutive_skips must be >= 1"),

@@ -61,6 +61,7 @@ class TrainingOutcome:
     backend: str
     compression: CompressionConfig
     started_at: float  # time.time() when this attempt started
+    epoch_picked_by: str | None = None  # early_stopping.epoch_picked_by
 
 
 def compression_summary(config: CompressionConfig) -> CompressionSummary:
@@ -152,6 +153,7 @@ def run_summary(run: RunDir, checkpointer: Checkpointer, manifest: DatasetManife
         global_step=outcome.global_step,
         epochs=outcome.epochs,
         best_epoch=outcome.best_epoch,
+        epoch_picked_by=outcome.epoch_picked_by,
         best_metrics=dict(outcome.best_metrics or metrics),
         temperature=calibrated.calibration.temperature,
         logit_shift=calibrated.calibration.logit_shift,

@@ -136,6 +136,8 @@ class RunSummary:
     dataset: DatasetRef | None = None
     validation_rows: int | None = None
     blend: BlendSummary | None = None  # None: [blend] gbm off
+    # What chose best_epoch: "validation AP", or why the schedule's last epoch was exported instead.
+    epoch_picked_by: str | None = None
 
     @property
     def completed(self) -> bool:

@@ -49,7 +49,7 @@ from pipeline.training.distributed import (
     log_rank0,
     no_forward_buffer_sync,
 )
-from pipeline.training.early_stopping import judge_validation
+from pipeline.training.early_stopping import epoch_picked_by, judge_validation, validation_picks
 from pipeline.training.evaluate import gather_scored, score_split, split_metrics
 from pipeline.training.finalize import TrainingOutcome, finalize_run
 from pipeline.training.loss import make_loss
@@ -138,6 +138,8 @@ class Trainer:
         importance = config.data.sampled and config.data.weigh_sampled_negatives
         self.train_loss_fn = make_loss(config.optim, frauds, genuine,
                                        positive_scale=config.data.negative_sample_rate if importance else 1.0)
+        self.validation_frauds = sum(s.frauds for s in self.manifest.shards_for("validation"))
+        self.validation_picks = validation_picks(self.validation_frauds, config.loop)
         self.files = files.RunDir(self.run_dir)
         self.checkpointer = Checkpointer(self.files.checkpoints, env.rank, env.world_size,
                                          config.checkpoint.keep_last, barrier)
@@ -161,6 +163,9 @@ class Trainer:
         log_rank0(f"training {self.manifest.dataset}@{self.manifest.version}: {self.total_steps} steps "
                   f"({self.data.steps_per_epoch}/epoch), {self.env.world_size} x {self.env.backend}, "
                   f"compression {self.config.compression.method}, resuming at step {self.state.global_step}")
+        if self.config.loop.validate and not self.validation_picks:
+            log_rank0(f"exported epoch: {epoch_picked_by(self.validation_frauds, self.config.loop)} "
+                      f"(all {self.epochs} epochs run; validation still calibrates and judges the blend)")
         while not self._finished():
             self._train_epoch()
         rank_stats = self._gather_rank_stats()
@@ -174,6 +179,8 @@ class Trainer:
                 TrainingOutcome(
                     global_step=state.global_step, epochs=state.epoch + (1 if state.step_in_epoch else 0),
                     best_epoch=state.best_epoch, best_metrics=state.best_metrics,
+                    epoch_picked_by=(epoch_picked_by(self.validation_frauds, self.config.loop)
+                                     if self.config.loop.validate else "the schedule's end: validation off"),
                     stopped_early=state.stopped_early, skipped_steps=state.skipped_steps,
                     bytes_sent_total=state.bytes_sent_total, bytes_dense_total=state.bytes_dense_total,
                     train_samples=self.loop_samples, loop_seconds=self.loop_seconds, rank_stats=rank_stats,
@@ -330,7 +337,7 @@ class Trainer:
         metrics = split_metrics(scored, self.loss_fn)
         ap = metrics["average_precision"]
         verdict = judge_validation(ap, epoch, self._finished(), self.state.best_ap if self.state.best_step >= 0 else None,
-                                   self.state.epochs_without_improvement, self.config.loop)
+                                   self.state.epochs_without_improvement, self.config.loop, self.validation_picks)
         improved = verdict.improved
         if improved:
             self.state.best_ap = ap if not math.isnan(ap) else -math.inf
@@ -346,7 +353,8 @@ class Trainer:
             log_rank0(f"epoch {epoch}: val_loss {metrics['val_loss']:.4f} auc {metrics['auc_roc']:.4f} "
                       f"ap {ap:.4f} card_precision@100 {metrics['card_precision_at_100']:.3f}"
                       + (" (best)" if improved else "")
-                      + ("" if verdict.eligible else f" (before loop.min_epochs {self.config.loop.min_epochs})")
+                      + ("" if verdict.eligible else f" (before loop.min_epochs {self.config.loop.min_epochs})"
+                         if self.validation_picks else " (not picked: too few validation frauds)")
                       + (" -> early stop" if self.state.stopped_early else ""))
         return improved
 

@@ -4,16 +4,17 @@ import math
 
 import pytest
 
+from pipeline.bench.train import BENCH_EPOCH_RULE
 from pipeline.config import ConfigError
 from pipeline.training.config import LoopConfig, derive_train_config, train_config_from_dict
-from pipeline.training.early_stopping import judge_validation
+from pipeline.training.early_stopping import epoch_picked_by, judge_validation, validation_picks
 
 
-def _replay(aps: list[float], loop: LoopConfig) -> tuple[int, int]:
+def _replay(aps: list[float], loop: LoopConfig, picks: bool = True) -> tuple[int, int]:
     """(best epoch, epochs run) of a run validating after every epoch with these APs, as the trainer does."""
     best_ap, best_epoch, waited = None, -1, 0
     for epoch, ap in enumerate(aps):
-        verdict = judge_validation(ap, epoch, epoch == len(aps) - 1, best_ap, waited, loop)
+        verdict = judge_validation(ap, epoch, epoch == len(aps) - 1, best_ap, waited, loop, picks)
         if verdict.improved:
             best_ap, best_epoch = (-math.inf if math.isnan(ap) else ap), epoch
         waited = verdict.epochs_without_improvement
@@ -51,3 +52,27 @@ def test_min_epochs_below_one_is_refused_and_the_checked_in_configs_set_it():
         train_config_from_dict(table)
     for env in ("dev", "prod"):
         assert train_config_from_dict(derive_train_config(env)).loop.min_epochs > 1
+
+
+def test_a_validation_with_too_few_frauds_picks_nothing_and_the_whole_schedule_runs():
+    loop = LoopConfig(early_stop_patience=3, min_epochs=4, min_validation_frauds=200)
+    assert not validation_picks(199, loop) and validation_picks(200, loop)
+    # The same curve that stops after epoch 8 with epoch 5 picked runs all 10 and exports the last,
+    # though the last has the curve's third-lowest AP.
+    assert _replay(CURVE, loop, picks=False) == (9, 10)
+    assert _replay([0.5, 0.1], LoopConfig(early_stop_patience=1, min_epochs=1), picks=False) == (1, 2)
+    assert epoch_picked_by(250, loop) == "validation AP"
+    assert epoch_picked_by(110, loop) == ("the schedule's end: validation holds 110 frauds, "
+                                          "fewer than loop.min_validation_frauds 200")
+
+
+def test_validation_always_picks_by_default_and_a_negative_threshold_is_refused():
+    assert validation_picks(0, LoopConfig())
+    with pytest.raises(ConfigError, match="loop.min_validation_frauds must be >= 0"):
+        train_config_from_dict(derive_train_config("dev", {"loop": {"min_validation_frauds": -1}}))
+
+
+def test_prod_lets_only_a_validation_of_200_frauds_pick_and_the_baseline_bench_trains_by_prod_s_rule():
+    prod = train_config_from_dict(derive_train_config("prod")).loop
+    assert prod.min_validation_frauds == 200
+    assert BENCH_EPOCH_RULE == {"min_validation_frauds": prod.min_validation_frauds}

@@ -230,6 +230,24 @@ def test_a_sampled_run_takes_its_own_epochs_and_validation_period(workdir, tiny_
     assert summary.completed and summary.epochs == 3 and validated == [1, 2]
 
 
+def test_a_validation_with_too_few_frauds_runs_every_epoch_and_exports_the_last(workdir, tiny_dataset):
+    """[loop] min_validation_frauds one above the tiny dataset's validation frauds: with patience 1 from
+    epoch 1, validation would stop a run at its first flat epoch; here none stops or picks, and
+    summary.json says why the last epoch was exported."""
+    frauds = sum(s.frauds for s in load_manifest(tiny_dataset).shards_for("validation"))
+    conf = write_conf_dir(workdir / "conf-few-frauds", {**JOB, "loop": {
+        "epochs": 3, "early_stop_patience": 1, "min_epochs": 1, "min_validation_frauds": frauds + 1}})
+    run_dir = workdir / "few-frauds"
+    summary = run_training(None, run_dir, tiny_dataset, Torchrun(nproc_per_node=2), config_path=conf / "train.toml",
+                           log_file=workdir / "few-frauds.log")
+    validated = [json.loads(line)["epoch"] for line in RunDir(run_dir).epochs.read_text().splitlines()]
+    assert summary.completed and summary.epochs == 3 and validated == [0, 1, 2]
+    assert summary.best_epoch == 2 and not summary.stopped_early
+    assert summary.epoch_picked_by == (f"the schedule's end: validation holds {frauds} frauds, "
+                                       f"fewer than loop.min_validation_frauds {frauds + 1}")
+    assert "not picked: too few validation frauds" in (workdir / "few-frauds.log").read_text()
+
+
 def test_the_sequence_branch_is_built_only_for_datasets_that_have_the_cards_last_payments():
     with_sequence = sequence_branch(fd.NUMERIC_FEATURES, 32)
     assert with_sequence == {"sequence_columns": fd.SEQUENCE_FEATURES, "sequence_steps": fd.SEQUENCE_STEPS,
