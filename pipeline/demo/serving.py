@@ -126,6 +126,15 @@ def serving_summary(served: ServingFigures | None) -> list[str]:
             f"   {served.reload}; stopped, log {served.log}"]
 
 
+def reload_timing(loaded_at: float, gate_recorded_at: float) -> str:
+    """When the promoted version went live, against the gate's ledger record (written after the gate has
+    moved the alias, so a service polling between the two loads the version before the record exists)."""
+    delay = loaded_at - gate_recorded_at
+    if delay < 0:
+        return "live before the gate had finished recording its decision (it moves the alias, then records)"
+    return f"live {delay:.1f}s after the gate's decision"
+
+
 def service_process(env: str, kafka: KafkaConfig, log: Path) -> ServerProcess:
     """``fraudctl serve`` for the demo (not started): conf ``env``, the demo's broker, admin endpoints off."""
     environment = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka.bootstrap_servers,
@@ -278,8 +287,8 @@ class ServingStep:
         served = self._versions_served(champion)
         if len(served) >= 2:
             gate = NightLedger.for_date(date.fromisoformat(night.run_date)).record_path(GateOutcome)
-            return (f"hot reload: v{served[-2]} -> v{served[-1]} without a restart, live "
-                    f"{max(model['loaded_at'] - gate.stat().st_mtime, 0.0):.1f}s after the gate's decision "
+            return (f"hot reload: v{served[-2]} -> v{served[-1]} without a restart, "
+                    f"{reload_timing(model['loaded_at'], gate.stat().st_mtime)} "
                     f"(alias polled every {self.poll_interval_s:g}s)")
         if self.started_on != champion:
             return f"serving v{champion}: the service came up after the alias moved (no reload to show)"

@@ -19,6 +19,7 @@ from pipeline.demo.serving import (
     ServingFigures,
     decision_line,
     pick_live_payments,
+    reload_timing,
     service_process,
     serving_summary,
 )
@@ -106,3 +107,10 @@ def test_the_scores_log_replays_a_topic_byte_for_byte_in_order(kafka_config, tmp
     original, replayed = read_topic(kafka_config, topic), read_topic(kafka_config, copy)
     assert [(r.partition, r.offset, r.key, r.value) for r in replayed] == \
         [(r.partition, r.offset, r.key, r.value) for r in original]
+
+
+def test_the_reload_is_timed_from_the_gate_s_record_and_a_load_before_it_says_so_instead_of_zero():
+    assert reload_timing(1_000.7, 1_000.0) == "live 0.7s after the gate's decision"
+    # The gate moves the alias, then writes its record: a poll in between loads the version first.
+    assert reload_timing(1_000.0, 1_000.4) == ("live before the gate had finished recording its decision "
+                                               "(it moves the alias, then records)")
