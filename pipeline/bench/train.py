@@ -25,9 +25,10 @@ from pipeline.training.launch import Torchrun, train_pinned
 from pipeline.training.run_dir import RunDir, RunSummary
 
 # The production architecture (conf/prod's [model]) so compute per step and quality are realistic.
-BENCH_MODEL = dataclasses.asdict(load_train_config("prod").model)
+_PROD = load_train_config("prod")
+BENCH_MODEL = dataclasses.asdict(_PROD.model)
 # And conf/prod's rule for when validation may pick the exported epoch, so the bench judges what prod exports.
-BENCH_EPOCH_RULE = {"min_validation_frauds": load_train_config("prod").loop.min_validation_frauds}
+BENCH_EPOCH_RULE = {"min_validation_frauds": _PROD.loop.min_validation_frauds}
 
 
 def run_bench_training(workdir: Path, name: str, dataset_root: Path, nproc: int,

@@ -32,6 +32,8 @@ def validation_picks(validation_frauds: int, loop: LoopConfig) -> bool:
 
 def epoch_picked_by(validation_frauds: int, loop: LoopConfig) -> str:
     """What chose the exported epoch, in the words summary.json records."""
+    if not loop.validate:
+        return "the schedule's end: validation off"
     if validation_picks(validation_frauds, loop):
         return "validation AP"
     return (f"the schedule's end: validation holds {validation_frauds} frauds, "

@@ -179,8 +179,7 @@ class Trainer:
                 TrainingOutcome(
                     global_step=state.global_step, epochs=state.epoch + (1 if state.step_in_epoch else 0),
                     best_epoch=state.best_epoch, best_metrics=state.best_metrics,
-                    epoch_picked_by=(epoch_picked_by(self.validation_frauds, self.config.loop)
-                                     if self.config.loop.validate else "the schedule's end: validation off"),
+                    epoch_picked_by=epoch_picked_by(self.validation_frauds, self.config.loop),
                     stopped_early=state.stopped_early, skipped_steps=state.skipped_steps,
                     bytes_sent_total=state.bytes_sent_total, bytes_dense_total=state.bytes_dense_total,
                     train_samples=self.loop_samples, loop_seconds=self.loop_seconds, rank_stats=rank_stats,
