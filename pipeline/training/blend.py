@@ -17,7 +17,9 @@ Three decisions are made, each on rows the others did not fit on:
    rows by event time, which the booster does not train on. Validation is never shown to the booster,
    so its score on validation is out of sample. The latest rows, because they are the train rows
    closest in time to validation and to what the model will score; rows are ordered by event time
-   (not file order: shards within a date need not be time-ordered).
+   (not file order: shards within a date need not be time-ordered). With ``refit_all_train``, the
+   booster is then trained again on every train row, those latest ones too, for the number of
+   rounds they chose: the rows nearest the scored ones are in the fit, and validation is still unseen.
 2. **The stacking weight**: cross-fitted. Validation is cut into ``stacking_folds`` time-contiguous
    folds holding equal numbers of frauds (so each has some, however short validation is); each fold
    is scored by the stack fitted on the other folds. The out-of-fold scores are compared on the
@@ -137,20 +139,29 @@ def cross_fit_stack(network_logits: np.ndarray, boosted: np.ndarray, labels: np.
     return out
 
 
-def fit_booster(manifest: DatasetManifest, fit: tuple[np.ndarray, np.ndarray, np.ndarray],
-                stopping: tuple[np.ndarray, np.ndarray, np.ndarray], config: BlendConfig, seed: int) -> GbmTerm:
-    """LightGBM on the ``fit`` rows (inputs, labels, row weights), early-stopped on the ``stopping``
-    rows' weighted log-loss; weight 1 (the calibration sets it)."""
+def fit_booster(manifest: DatasetManifest, train: SplitRows, stopping: np.ndarray, config: BlendConfig,
+                seed: int) -> GbmTerm:
+    """LightGBM on the train rows outside ``stopping`` (a mask), early-stopped on the ``stopping``
+    rows' weighted log-loss; with ``config.refit_all_train``, trained again on every train row for
+    the rounds that fit stopped at (module doc, 1). Weight 1 (the calibration sets it)."""
     import lightgbm as lgb
 
     features = (*manifest.numeric_features, *manifest.categorical_features)
     categorical = tuple(range(len(manifest.numeric_features), len(features)))
-    dataset = lgb.Dataset(fit[0], fit[1], weight=fit[2], feature_name=list(features),
-                          categorical_feature=list(categorical), free_raw_data=True)
-    booster = lgb.train(config.lightgbm_params(seed), dataset, num_boost_round=config.max_rounds,
-                        valid_sets=[dataset.create_valid(stopping[0], stopping[1], weight=stopping[2])],
+    params = config.lightgbm_params(seed)
+
+    def dataset(rows: np.ndarray | slice) -> lgb.Dataset:
+        x, y, w = train.take(rows)
+        return lgb.Dataset(x, y, weight=w, feature_name=list(features), categorical_feature=list(categorical),
+                           free_raw_data=True)
+
+    fit = dataset(~stopping)
+    booster = lgb.train(params, fit, num_boost_round=config.max_rounds,
+                        valid_sets=[fit.create_valid(*train.take(stopping)[:2], weight=train.weights[stopping])],
                         callbacks=[lgb.early_stopping(config.early_stopping_rounds, verbose=False)])
     best = booster.best_iteration or booster.current_iteration()
+    if config.refit_all_train:
+        booster = lgb.train(params, dataset(slice(None)), num_boost_round=best)
     return GbmTerm(booster, 1.0, features, categorical, best)
 
 
@@ -211,7 +222,7 @@ def blend_network(model: FraudModel, scored: ScoredSplit, root: Path, manifest: 
         return calibration, BlendSummary(False, 0, 0.0, float("nan"), float("nan"), int((~stopping).sum()),
                                          early_stopping_rows=int(stopping.sum()),
                                          rule=f"network alone: the {refused} hold one class only"), scored.logits
-    term = fit_booster(manifest, train.take(~stopping), train.take(stopping), config, seed)
+    term = fit_booster(manifest, train, stopping, config, seed)
     boosted = term.logit(validation.inputs[:, :len(manifest.numeric_features)],
                          validation.inputs[:, len(manifest.numeric_features):])
     out_of_fold = cross_fit_stack(scored.logits, boosted, labels,
@@ -219,8 +230,9 @@ def blend_network(model: FraudModel, scored: ScoredSplit, root: Path, manifest: 
     judged = judge_blend(labels, scored.logits, out_of_fold, scored.card_ids, config, seed)
     shipped = fit_calibration(torch.from_numpy(scored.logits).double(), torch.from_numpy(labels),
                               extra=torch.from_numpy(boosted))
-    outcome = dataclasses.replace(judged, trees=term.best_iteration, train_rows=int((~stopping).sum()),
-                                  early_stopping_rows=int(stopping.sum()),
+    outcome = dataclasses.replace(judged, trees=term.best_iteration,
+                                  train_rows=len(stopping) if config.refit_all_train else int((~stopping).sum()),
+                                  early_stopping_rows=int(stopping.sum()), refit_all_train=config.refit_all_train,
                                   gbm_weight=shipped.extra_weight if judged.kept else 0.0)
     log.info("blend: out-of-fold validation AP network %.4f, blend %.4f (gain %+.4f, %d%% interval %+.4f..%+.4f; "
              "%d trees, weight %.3f): %s", outcome.validation_ap_network, outcome.validation_ap_blend,

@@ -82,6 +82,10 @@ class BlendConfig:
     # log-loss stops it, so validation stays unseen by the booster's fit. The latest, because they are
     # closest in time to what the model will score.
     early_stopping_share: float = 0.1
+    # Once those rows chose the number of rounds, train the booster again on every train row for that
+    # many: the latest rows, the ones nearest what it will score, are then in its fit too, and
+    # validation stays unseen (twice the booster's fit time).
+    refit_all_train: bool = False
     # One thread: on shared cores LightGBM's OpenMP threads spin-wait (2 threads ran 20x slower here).
     num_threads: int = 1
     max_train_rows: int = 5_000_000  # a larger train split is sampled (seeded) down to this for the booster

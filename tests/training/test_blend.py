@@ -4,6 +4,7 @@ kept only when it ranks validation better out of sample, and shipped in best/ an
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shutil
@@ -106,9 +107,20 @@ def test_the_summary_carries_the_out_of_fold_evidence_behind_the_decision(tmp_pa
     assert blend.bootstrap_cards == len(set(scored.card_ids))
     train_rows = sum(s.rows for s in tiny_manifest.shards_for("train"))
     assert blend.early_stopping_rows == math.ceil(0.1 * train_rows) and blend.train_rows == train_rows - 240
-    assert "out-of-fold" in blend.rule and "min_ap_gain = -1" in blend.rule
+    assert "out-of-fold" in blend.rule and "min_ap_gain = -1" in blend.rule and blend.refit_all_train is False
     # and it survives summary.json
     assert RunSummary.from_json(run.summary.read_text()).blend == blend
+
+
+def test_a_refit_booster_is_recorded_as_trained_on_every_train_row(tmp_path, tiny_dataset, tiny_manifest):
+    refit = dataclasses.replace(ALWAYS, refit_all_train=True)
+    run, _, summary = _finalize(tmp_path, tiny_dataset, tiny_manifest, refit)
+    train_rows = sum(s.rows for s in tiny_manifest.shards_for("train"))
+    assert summary.blend.refit_all_train and summary.blend.train_rows == train_rows
+    assert summary.blend.early_stopping_rows == math.ceil(0.1 * train_rows)
+    shipped = load_model(run.model).gbm
+    assert shipped.best_iteration == summary.blend.trees == shipped.booster.current_iteration()
+    assert RunSummary.from_json(run.summary.read_text()).blend == summary.blend
 
 
 def test_a_blend_that_does_not_rank_validation_better_is_dropped(tmp_path, tiny_dataset, tiny_manifest):
@@ -156,6 +168,37 @@ def test_early_stopping_never_sees_validation_rows(tmp_path, tiny_dataset, tiny_
     gbm_a, gbm_b = load_model(run_a.model).gbm, load_model(run_b.model).gbm
     np.testing.assert_allclose(gbm_a.logit(rows.inputs[:, :f], rows.inputs[:, f:]) / gbm_a.weight,
                                gbm_b.logit(rows.inputs[:, :f], rows.inputs[:, f:]) / gbm_b.weight, rtol=1e-12)
+
+
+def _drifting_train_rows(rows: int = 10_000, seed: int = 0):
+    """Train rows whose frauds follow feature 0 throughout, and, in the latest tenth only (the
+    early-stopping rows), also a new pattern: feature 1 above 1. A manifest-like naming two numeric
+    features and no categorical ones."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(rows, 2))
+    times = np.arange(rows, dtype=np.int64)
+    stopping = latest_rows(times, 0.1)
+    labels = (rng.random(rows) < 1 / (1 + np.exp(-(3 * x[:, 0] - 4)))).astype(np.float64)
+    labels[stopping & (x[:, 1] > 1)] = 1.0
+    manifest = type("Manifest", (), {"numeric_features": ("f0", "f1"), "categorical_features": {}})()
+    return manifest, blend_module.SplitRows(x, labels, times, np.ones(rows)), stopping
+
+
+def test_the_refit_trains_on_every_train_row_for_the_rounds_the_latest_rows_chose():
+    """Refit off: the latest rows stop the booster and are not in its fit, so it cannot know the
+    pattern only they hold. Refit on: the same number of rounds, trained again with those rows in."""
+    manifest, train, stopping = _drifting_train_rows()
+    config = BlendConfig(gbm=True, max_rounds=300, early_stopping_rounds=20, min_data_in_leaf=5)
+    stopped = blend_module.fit_booster(manifest, train, stopping, config, seed=1)
+    refit = blend_module.fit_booster(manifest, train, stopping, dataclasses.replace(config, refit_all_train=True),
+                                     seed=1)
+    assert refit.best_iteration == stopped.best_iteration and refit.booster.current_iteration() == refit.best_iteration
+    # Probes at feature 0 = 0 (a fraud rate near 2%), inside the new pattern and outside it: only
+    # feature 1 tells them apart, and only the latest rows teach it.
+    inside, outside = (np.array([[0.0, v] for v in values]) for values in ((1.5, 2.0, 2.5), (-1.0, 0.0, 0.5)))
+    lift = [term.logit(inside, np.zeros((3, 0))).mean() - term.logit(outside, np.zeros((3, 0))).mean()
+            for term in (stopped, refit)]
+    assert abs(lift[0]) < 0.2 and lift[1] > lift[0] + 0.3
 
 
 class _LeafOnValidationNoise:
