@@ -161,6 +161,7 @@ def fit_booster(manifest: DatasetManifest, train: SplitRows, stopping: np.ndarra
                         callbacks=[lgb.early_stopping(config.early_stopping_rounds, verbose=False)])
     best = booster.best_iteration or booster.current_iteration()
     if config.refit_all_train:
+        del booster, fit  # the first fit's binned rows go before the second bins every row
         booster = lgb.train(params, dataset(slice(None)), num_boost_round=best)
     return GbmTerm(booster, 1.0, features, categorical, best)
 
