@@ -156,12 +156,13 @@ def fit_booster(manifest: DatasetManifest, train: SplitRows, stopping: np.ndarra
                            free_raw_data=True)
 
     fit = dataset(~stopping)
+    stop_x, stop_y, stop_w = train.take(stopping)
     booster = lgb.train(params, fit, num_boost_round=config.max_rounds,
-                        valid_sets=[fit.create_valid(*train.take(stopping)[:2], weight=train.weights[stopping])],
+                        valid_sets=[fit.create_valid(stop_x, stop_y, weight=stop_w)],
                         callbacks=[lgb.early_stopping(config.early_stopping_rounds, verbose=False)])
     best = booster.best_iteration or booster.current_iteration()
     if config.refit_all_train:
-        del booster, fit  # the first fit's binned rows go before the second bins every row
+        del booster, fit, stop_x, stop_y, stop_w  # the first fit's rows go before the second bins every row
         booster = lgb.train(params, dataset(slice(None)), num_boost_round=best)
     return GbmTerm(booster, 1.0, features, categorical, best)
 

@@ -82,7 +82,7 @@ class BlendSummary:
     validation_ap_network: float  # the network's AP on the decision rows (all of validation)
     validation_ap_blend: float  # the blend's out-of-fold AP on the same rows
     train_rows: int  # rows the booster trained on
-    early_stopping_rows: int | None = None  # latest train rows whose log-loss stopped the booster (not trained on but by a refit)
+    early_stopping_rows: int | None = None  # latest train rows whose log-loss stopped the booster (trained on only by a refit)
     stacking_folds: int | None = None  # time folds of validation the stacking weight was cross-fitted over
     decision_rows: int | None = None  # validation rows the two APs were measured on
     decision_positives: int | None = None  # frauds among them
