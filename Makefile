@@ -39,8 +39,13 @@ $(AIRFLOW_SENTINEL): $(SENTINEL)
 demo: setup
 	$(BIN)/fraudctl demo
 
+# Two pytest-xdist workers, one per core: most tests wait on a JVM, a broker or a subprocess starting,
+# and a second worker fills that wait. Each file runs whole on one worker, and
+# tests/airflow as one unit (tests/conftest.py); collection order, not xdist's most-tests-first, so
+# the two longest units (tests/airflow's story, tests/demo) start first. TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
 test: setup-airflow setup-browser
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 bench: setup
 	$(BIN)/fraudctl bench all

@@ -57,3 +57,20 @@ def _isolate_mlflow_uri() -> Iterator[None]:
         os.environ.pop("MLFLOW_TRACKING_URI", None)
     else:
         os.environ["MLFLOW_TRACKING_URI"] = saved
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: only called when `make test` runs workers
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist loadfile`` with tests/airflow as one unit: a test file runs whole on one worker (its
+    module fixtures are built once), and the DAG tests share one migrated Airflow DB and the story of
+    tests/airflow/nights.py, which is played once per session, as without workers."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class OneUnitPerFile(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "tests/airflow" if path.startswith("tests/airflow/") else path
+
+    return OneUnitPerFile(config, log)
