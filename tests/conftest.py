@@ -59,6 +59,9 @@ def _isolate_mlflow_uri() -> Iterator[None]:
         os.environ["MLFLOW_TRACKING_URI"] = saved
 
 
+AIRFLOW_TESTS = "tests/airflow"  # as node ids spell it (relative to the rootdir)
+
+
 @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: only called when `make test` runs workers
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
     """``--dist loadfile`` with tests/airflow as one unit: a test file runs whole on one worker (its
@@ -68,9 +71,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
         return None
     from xdist.scheduler import LoadFileScheduling
 
-    class OneUnitPerFile(LoadFileScheduling):
+    class FilesWithAirflowAsOne(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
-            return "tests/airflow" if path.startswith("tests/airflow/") else path
+            return AIRFLOW_TESTS if path.startswith(f"{AIRFLOW_TESTS}/") else path
 
-    return OneUnitPerFile(config, log)
+    return FilesWithAirflowAsOne(config, log)
