@@ -43,23 +43,29 @@ def _has_both_classes(y: np.ndarray) -> bool:
     return y.size > 0 and 0 < int(y.sum()) < y.size
 
 
-def auc_roc(labels, scores) -> float:
+def auc_roc(labels, scores, sample_weight=None) -> float:
+    """AUC-ROC; with ``sample_weight``, each row counts that many times (e.g. ``1 / rate`` for a sampled
+    genuine row)."""
     y, s = _arrays(labels, scores)
-    return float(roc_auc_score(y, s)) if _has_both_classes(y) else float("nan")
+    return float(roc_auc_score(y, s, sample_weight=sample_weight)) if _has_both_classes(y) else float("nan")
 
 
-def average_precision(labels, scores) -> float:
-    """Area under the precision-recall curve (step-wise, as scikit-learn defines it)."""
-    y, s = _arrays(labels, scores)
-    return float(average_precision_score(y, s)) if _has_both_classes(y) else float("nan")
-
-
-def recall_at_fpr(labels, scores, max_fpr: float = 0.01) -> float:
-    """Highest recall (TPR) reachable with a threshold whose false-positive rate is <= ``max_fpr``."""
+def average_precision(labels, scores, sample_weight=None) -> float:
+    """Area under the precision-recall curve (step-wise, as scikit-learn defines it); ``sample_weight``
+    as :func:`auc_roc`."""
     y, s = _arrays(labels, scores)
     if not _has_both_classes(y):
         return float("nan")
-    fpr, tpr, _ = roc_curve(y, s)
+    return float(average_precision_score(y, s, sample_weight=sample_weight))
+
+
+def recall_at_fpr(labels, scores, max_fpr: float = 0.01, sample_weight=None) -> float:
+    """Highest recall (TPR) reachable with a threshold whose false-positive rate is <= ``max_fpr``;
+    ``sample_weight`` as :func:`auc_roc`."""
+    y, s = _arrays(labels, scores)
+    if not _has_both_classes(y):
+        return float("nan")
+    fpr, tpr, _ = roc_curve(y, s, sample_weight=sample_weight)
     return float(tpr[fpr <= max_fpr].max())
 
 

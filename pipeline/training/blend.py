@@ -3,10 +3,12 @@
 LightGBM trains on the train split's rows as the network reads them (the same reader, so the same
 inputs: numeric features, then categorical codes as LightGBM categoricals). When the network trains
 on a negative sample (``[data] negative_sample_rate`` < 1), so does the booster: every fraud and a
-seeded share ``rate`` of the genuine rows, each kept negative weighted ``1 / rate`` (importance
-weights), so its objective and its early-stopping log-loss are the unsampled ones in expectation
-while the fit costs about ``rate`` of the unsampled one. Sampled unweighted, the booster would see
-frauds ten times as often as they happen: strong positive weighting ranks worse here. Its raw score on
+seeded share ``rate`` of the genuine rows, so the fit costs about ``rate`` of the unsampled one. It
+fits that sample as it is (``[blend] weigh_sampled_negatives`` off): its raw score is then raised by
+about ``-log(rate)``, a constant the stack's fitted shift takes out. Importance weights (``1 / rate``
+per kept genuine row, as the network's loss has) stopped it after a few dozen trees on a noisy
+weighted log-loss and ranked validation worse than the unweighted fit (the config's comment has
+the measurement). Its raw score on
 validation enters the calibration fit beside the network's logit
 (:func:`pipeline.training.calibration.fit_calibration` with ``extra``): one fit gives the
 temperature, the shift and the booster's weight, so the blend is calibrated by construction.
@@ -78,10 +80,11 @@ class SplitRows:
 
 
 def read_split_rows(root: Path, manifest: DatasetManifest, split: str, keep_share: float = 1.0,
-                    seed: int = 0, negative_share: float = 1.0) -> SplitRows:
+                    seed: int = 0, negative_share: float = 1.0, weigh_negatives: bool = True) -> SplitRows:
     """``split``'s rows in file order; with ``keep_share < 1`` a seeded Bernoulli sample of them (the
     booster's training rows of a large split). With ``negative_share < 1``, of those every fraud and a
-    seeded Bernoulli share ``negative_share`` of the genuine rows, weighted ``1 / negative_share``."""
+    seeded Bernoulli share ``negative_share`` of the genuine rows, weighted ``1 / negative_share`` when
+    ``weigh_negatives`` (else every row weighs 1)."""
     rng = np.random.default_rng(seed)
     xs, ys, ts, ws = [], [], [], []
     time_column = manifest.id_columns[2]
@@ -90,7 +93,7 @@ def read_split_rows(root: Path, manifest: DatasetManifest, split: str, keep_shar
                            axis=1)
         y = batch.label.numpy()
         t = ids.column(time_column).to_numpy().astype("datetime64[us]").astype(np.int64)
-        w = np.where(y > 0.5, 1.0, 1.0 / negative_share)
+        w = np.where(y > 0.5, 1.0, 1.0 / negative_share if weigh_negatives else 1.0)
         if keep_share < 1.0 or negative_share < 1.0:
             keep = rng.random(len(y)) < keep_share * np.where(y > 0.5, 1.0, negative_share)
             x, y, t, w = x[keep], y[keep], t[keep], w[keep]
@@ -208,7 +211,7 @@ def blend_network(model: FraudModel, scored: ScoredSplit, root: Path, manifest: 
     own) and ``scored.logits``, and leave the model as it is. The summary records the evidence."""
     total = _rows(manifest, "train")
     train = read_split_rows(root, manifest, "train", min(1.0, config.max_train_rows / total) if total else 1.0, seed,
-                            negative_sample_rate)
+                            negative_sample_rate, config.weigh_sampled_negatives)
     stopping = latest_rows(train.event_times, config.early_stopping_share)
     validation = read_split_rows(root, manifest, "validation")
     if len(validation.labels) != len(scored.labels):

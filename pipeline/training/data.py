@@ -16,6 +16,7 @@ Contract:
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -245,19 +246,31 @@ class TrainStream:
 
 
 def iter_eval_chunks(root: Path, manifest: DatasetManifest, split: str, rank: int, world: int,
-                     with_ids: bool = False) -> Iterator[tuple[Batch, pa.Table | None]]:
+                     with_ids: bool = False, negative_rate: float = 1.0,
+                     seed: int = 0) -> Iterator[tuple[Batch, pa.Table | None]]:
     """This rank's rows of ``split`` in file order, one row group at a time (no shuffling).
 
     With ``with_ids`` each chunk also carries the ID columns (transaction_id, card_id, event_time).
+    With ``negative_rate`` < 1, every fraud and ``round(negative_rate * genuine)`` of each piece's
+    genuine rows: a sample fixed by ``seed`` and the piece itself (its file, row group and row range),
+    so every epoch of a run, and a resumed run, scores the same rows.
     """
     columns = feature_columns(manifest) + (list(manifest.id_columns) if with_ids else [])
     for piece in plan_rank_pieces(root, manifest.shards_for(split), rank, world):
         table = read_piece(piece, columns)
+        if negative_rate < 1.0:
+            frauds = np.flatnonzero(_label_array(table, manifest.label_column) > 0.5)
+            table = table.take(sample_rows(frauds, table.num_rows, negative_rate, _piece_rng(seed, piece)))
         numeric, categorical, label = table_to_arrays(table, manifest)
         ids = table.select(list(manifest.id_columns)) if with_ids else None
         # Arrow hands back read-only buffers; torch wants writable memory, so the rare copy is made here.
         numeric, categorical, label = (np.require(a, requirements="W") for a in (numeric, categorical, label))
         yield Batch(torch.from_numpy(numeric), torch.from_numpy(categorical), torch.from_numpy(label)), ids
+
+
+def _piece_rng(seed: int, piece: Piece) -> np.random.Generator:
+    key = [seed, zlib.crc32(piece.path.encode()), piece.row_group, piece.start, piece.stop]
+    return np.random.default_rng(np.random.SeedSequence(key))
 
 
 def feature_moments(root: Path, manifest: DatasetManifest, rank: int, world: int) -> torch.Tensor:

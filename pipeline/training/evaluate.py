@@ -19,7 +19,7 @@ import torch.distributed as dist
 
 from models.fraud_mlp import FraudModel
 from pipeline.datasets.manifest import DatasetManifest
-from pipeline.metrics import classification_report
+from pipeline.metrics import auc_roc, average_precision, classification_report, recall_at_fpr
 from pipeline.training.data import iter_eval_chunks
 
 
@@ -40,12 +40,15 @@ class ScoredSplit:
 
 @torch.no_grad()
 def score_split(model: FraudModel, root: Path, manifest: DatasetManifest, split: str, rank: int, world: int,
-                device: torch.device) -> ScoredSplit:
-    """Uncalibrated logits of this rank's rows of ``split`` (model put in eval mode, then restored)."""
+                device: torch.device, negative_rate: float = 1.0, seed: int = 0) -> ScoredSplit:
+    """Uncalibrated logits of this rank's rows of ``split`` (model put in eval mode, then restored);
+    with ``negative_rate`` < 1, of every fraud and a seeded sample of the genuine rows
+    (:func:`.data.iter_eval_chunks`)."""
     was_training = model.training
     model.eval()
     parts = []
-    for batch, ids in iter_eval_chunks(root, manifest, split, rank, world, with_ids=True):
+    for batch, ids in iter_eval_chunks(root, manifest, split, rank, world, with_ids=True,
+                                       negative_rate=negative_rate, seed=seed):
         logits = model(batch.numeric.to(device), batch.categorical.to(device)).float().cpu().numpy()
         times = ids.column(manifest.id_columns[2])
         parts.append(ScoredSplit(
@@ -73,9 +76,16 @@ def gather_scored(local: ScoredSplit) -> ScoredSplit:
 
 
 def split_metrics(scored: ScoredSplit, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-                  temperature: float = 1.0, logit_shift: float = 0.0) -> dict[str, float]:
+                  temperature: float = 1.0, logit_shift: float = 0.0, negative_rate: float = 1.0) -> dict[str, float]:
     """The epochs.jsonl metric set: val_loss (training loss on these rows), AUC-ROC, average precision,
-    recall at 1% FPR, card precision@100 and ECE of ``sigmoid((logit + shift) / temperature)``."""
+    recall at 1% FPR, card precision@100 and ECE of ``sigmoid((logit + shift) / temperature)``.
+
+    ``negative_rate`` < 1: the rows are every fraud and that share of the genuine ones
+    (:func:`score_split`), each genuine row standing for ``1 / negative_rate``. The loss, AUC-ROC, AP
+    and recall at 1% FPR are then weighted estimates of the whole split's, and the set holds
+    ``validation_negative_rate`` instead of card precision@100 and ECE, which need every row."""
+    if negative_rate < 1.0:
+        return _sampled_split_metrics(scored, loss_fn, negative_rate)
     logits = torch.from_numpy(scored.logits).float()
     labels = torch.from_numpy(scored.labels).float()
     val_loss = float(loss_fn(logits, labels)) if len(labels) else float("nan")
@@ -88,6 +98,24 @@ def split_metrics(scored: ScoredSplit, loss_fn: Callable[[torch.Tensor, torch.Te
         "recall_at_1pct_fpr": report["recall_at_1pct_fpr"],
         "card_precision_at_100": report["card_precision_at_100"],
         "ece": report["ece"],
+    }
+
+
+def _sampled_split_metrics(scored: ScoredSplit, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+                           negative_rate: float) -> dict[str, float]:
+    labels = scored.labels
+    weights = np.where(labels > 0, 1.0, 1.0 / negative_rate)
+    # The loss is a mean over rows: each class's mean, weighed by the rows that class stands for.
+    parts = [(float(w.sum()), float(loss_fn(torch.from_numpy(scored.logits[rows]).float(),
+                                            torch.from_numpy(labels[rows]).float())))
+             for rows in (labels > 0, labels == 0) if (w := weights[rows]).size]
+    total = sum(w for w, _ in parts)
+    return {
+        "val_loss": sum(w * loss for w, loss in parts) / total if total else float("nan"),
+        "auc_roc": auc_roc(labels, scored.logits, weights),
+        "average_precision": average_precision(labels, scored.logits, weights),
+        "recall_at_1pct_fpr": recall_at_fpr(labels, scored.logits, 0.01, weights),
+        "validation_negative_rate": negative_rate,
     }
 
 

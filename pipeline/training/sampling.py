@@ -18,8 +18,11 @@ model's scores at the full fraud rate; the gate, operating points and ECE are ju
 
 Run length: a sampled epoch is about ``rate`` of an unsampled one, and optimizer steps are what
 average precision needs most, so a sampled run has its own ``[loop] sampled_epochs`` and validates
-every ``sampled_validate_every_epochs`` (scoring the unsampled validation split costs the same
-however short the epoch).
+every ``sampled_validate_every_epochs``. Scoring the whole validation split costs the same however
+short the epoch (as much as ten epochs at 0.1), so a sampled run's per-epoch validation scores every
+validation fraud and ``[loop] sampled_validation_negative_rate`` of the genuine rows, weighted back
+(:func:`pipeline.training.evaluate.split_metrics`); the exported epoch is still calibrated on the
+whole split.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ TINY_OVERRIDES: dict[str, dict[str, Any]] = {
     "checkpoint": {"every_steps": 4, "keep_last": 2},
     # A sampled run as long as an unsampled one and validated every epoch, unless a test says otherwise.
     "loop": {"epochs": 2, "log_every": 1, "checksum_every": 3, "early_stop_patience": 5, "sampled_epochs": 0,
-             "sampled_validate_every_epochs": 0},
+             "sampled_validate_every_epochs": 0, "sampled_validation_negative_rate": 0},
 }
 
 

@@ -296,6 +296,23 @@ def test_the_negative_sample_keeps_every_fraud_and_weighs_kept_genuine_rows_by_o
     np.testing.assert_array_equal(sampled.inputs[sampled.labels > 0.5], every.inputs[every.labels > 0.5])
 
 
+@pytest.mark.parametrize("weigh", [False, True])
+def test_a_sampled_run_weighs_its_boosters_genuine_rows_only_when_configured(tmp_path, tiny_dataset, tiny_manifest,
+                                                                               monkeypatch, weigh):
+    """[blend] weigh_sampled_negatives (off by default): the booster fits the same sampled rows, its
+    genuine ones weighing 1 / rate only when on."""
+    seen = []
+    real_fit = blend_module.fit_booster
+    monkeypatch.setattr(blend_module, "fit_booster", lambda m, train, *rest: seen.append(train) or real_fit(m, train, *rest))
+    config = ALWAYS if not weigh else dataclasses.replace(ALWAYS, weigh_sampled_negatives=True)
+    assert config.weigh_sampled_negatives is weigh
+    _finalize(tmp_path, tiny_dataset, tiny_manifest, config, name="sampled", negative_sample_rate=0.25)
+    (train,) = seen
+    expected = np.where(train.labels > 0.5, 1.0, 4.0 if weigh else 1.0)
+    np.testing.assert_array_equal(train.weights, expected)
+    assert (train.labels == 0).any()
+
+
 def test_a_sampled_run_fits_its_booster_on_the_negative_sample(tmp_path, tiny_dataset, tiny_manifest):
     """The booster's fixed cost shrinks with the network's sample: its train and early-stopping rows are
     every fraud and about ``rate`` of the genuine rows."""

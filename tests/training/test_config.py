@@ -40,3 +40,16 @@ def test_a_sampled_run_takes_its_own_epochs_and_validation_period():
     assert (unset.loop.run_epochs(True), unset.loop.validation_period(True)) == (10, unset.loop.validate_every_epochs)
     with pytest.raises(ConfigError, match="loop.validate_every_epochs"):
         train_config_from_dict(train_config_dict({"loop": {"validate_every_epochs": 0}}))
+
+
+def test_a_sampled_run_takes_its_own_validation_sample_and_a_bad_rate_is_refused():
+    config = train_config_from_dict(train_config_dict({
+        "loop": {"validation_negative_rate": 1.0, "sampled_validation_negative_rate": 0.1}}))
+    assert (config.loop.validation_sample_rate(False), config.loop.validation_sample_rate(True)) == (1.0, 0.1)
+    unset = train_config_from_dict(train_config_dict({
+        "loop": {"validation_negative_rate": 0.5, "sampled_validation_negative_rate": 0}}))
+    assert unset.loop.validation_sample_rate(True) == 0.5
+    with pytest.raises(ConfigError, match=r"loop.validation_negative_rate must be in \(0, 1\]"):
+        train_config_from_dict(train_config_dict({"loop": {"validation_negative_rate": 0}}))
+    with pytest.raises(ConfigError, match=r"loop.sampled_validation_negative_rate must be in \[0, 1\]"):
+        train_config_from_dict(train_config_dict({"loop": {"sampled_validation_negative_rate": 1.5}}))

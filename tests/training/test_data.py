@@ -134,6 +134,26 @@ def test_eval_chunks_cover_the_split_in_order_with_ids(tiny_dataset, tiny_manife
     np.testing.assert_array_equal(labels, frame["label"].to_numpy(dtype=np.float32))
 
 
+def test_a_sampled_validation_keeps_every_fraud_and_the_same_share_of_genuine_rows_each_read(tiny_dataset,
+                                                                                              tiny_manifest):
+    def read(rank: int, seed: int = 5) -> tuple[list[str], np.ndarray]:
+        chunks = list(iter_eval_chunks(tiny_dataset, tiny_manifest, "validation", rank, 2, with_ids=True,
+                                       negative_rate=0.25, seed=seed))
+        return ([t for _, table in chunks for t in table.column("transaction_id").to_pylist()],
+                torch.cat([b.label for b, _ in chunks]).numpy())
+
+    frame = read_split(tiny_dataset, tiny_manifest, "validation")
+    (ids0, labels0), (ids1, labels1) = read(0), read(1)
+    ids, labels = ids0 + ids1, np.concatenate([labels0, labels1])
+    frauds = set(frame.loc[frame["label"] == 1, "transaction_id"])
+    genuine = len(frame) - len(frauds)
+    assert {i for i, y in zip(ids, labels, strict=True) if y == 1} == frauds and len(frauds) > 0
+    assert 0.2 * genuine < int((labels == 0).sum()) < 0.3 * genuine
+    assert set(ids) <= set(frame["transaction_id"]) and len(set(ids)) == len(ids)
+    assert read(0)[0] == ids0  # the same rows on every read (every epoch)
+    assert read(0, seed=6)[0] != ids0
+
+
 def test_the_global_batch_splits_over_processes_and_accumulation_steps_or_says_why_not():
     assert split_global_batch(4096, 2, 4) == 512  # 2 ranks x 4 micro-batches x 512 rows
     assert split_global_batch(96, 3, 1) == 32

@@ -217,17 +217,23 @@ def test_validation_every_kth_epoch_and_the_last(workdir, tiny_dataset):
     assert validated == [1, 2] and summary.best_epoch in validated
 
 
-def test_a_sampled_run_takes_its_own_epochs_and_validation_period(workdir, tiny_dataset):
-    """With negative_sample_rate < 1, [loop] sampled_epochs and sampled_validate_every_epochs replace
-    epochs (2 here) and validate_every_epochs (1)."""
+def test_a_sampled_run_takes_its_own_epochs_validation_period_and_validation_sample(workdir, tiny_dataset):
+    """With negative_sample_rate < 1, [loop] sampled_epochs, sampled_validate_every_epochs and
+    sampled_validation_negative_rate replace epochs (2 here), validate_every_epochs (1) and
+    validation_negative_rate (1): each validation scores every validation fraud and a quarter of the
+    genuine rows, while finalisation calibrates on the whole split."""
     conf = write_conf_dir(workdir / "conf-sampled-loop", {
         **JOB, "data": {"negative_sample_rate": 0.1},
-        "loop": {"sampled_epochs": 3, "sampled_validate_every_epochs": 2}})
+        "loop": {"sampled_epochs": 3, "sampled_validate_every_epochs": 2, "sampled_validation_negative_rate": 0.25}})
     run_dir = workdir / "sampled-loop"
     summary = run_training(None, run_dir, tiny_dataset, Torchrun(nproc_per_node=2), config_path=conf / "train.toml",
                            log_file=workdir / "sampled-loop.log")
-    validated = [json.loads(line)["epoch"] for line in RunDir(run_dir).epochs.read_text().splitlines()]
-    assert summary.completed and summary.epochs == 3 and validated == [1, 2]
+    epochs = [json.loads(line) for line in RunDir(run_dir).epochs.read_text().splitlines()]
+    assert summary.completed and summary.epochs == 3 and [e["epoch"] for e in epochs] == [1, 2]
+    assert all(e["validation_negative_rate"] == 0.25 and "card_precision_at_100" not in e for e in epochs)
+    shards = load_manifest(tiny_dataset).shards_for("validation")
+    assert summary.validation_rows == sum(s.rows for s in shards)  # finalisation: every validation row
+    assert "every fraud and 0.25 of the genuine rows, weighted" in (workdir / "sampled-loop.log").read_text()
 
 
 def test_a_validation_with_too_few_frauds_runs_every_epoch_and_exports_the_last(workdir, tiny_dataset):
