@@ -59,6 +59,7 @@ from pipeline.training.config import BlendConfig
 from pipeline.training.data import iter_eval_chunks
 from pipeline.training.evaluate import ScoredSplit
 from pipeline.training.run_dir import BlendSummary
+from pipeline.training.sampling import importance_weights
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,7 @@ def read_split_rows(root: Path, manifest: DatasetManifest, split: str, keep_shar
                            axis=1)
         y = batch.label.numpy()
         t = ids.column(time_column).to_numpy().astype("datetime64[us]").astype(np.int64)
-        w = np.where(y > 0.5, 1.0, 1.0 / negative_share if weigh_negatives else 1.0)
+        w = importance_weights(y, negative_share if weigh_negatives else 1.0)
         if keep_share < 1.0 or negative_share < 1.0:
             keep = rng.random(len(y)) < keep_share * np.where(y > 0.5, 1.0, negative_share)
             x, y, t, w = x[keep], y[keep], t[keep], w[keep]

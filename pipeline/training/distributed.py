@@ -34,6 +34,7 @@ class DistEnv:
     local_rank: int
     backend: str  # "gloo" | "nccl"
     device: torch.device
+    local_world_size: int = 1  # processes of this job on this node
 
     @property
     def is_rank0(self) -> bool:
@@ -49,6 +50,7 @@ def init_distributed(init_method: str | None = None, rank: int | None = None,
     rank = int(os.environ.get("RANK", 0)) if rank is None else rank
     world_size = int(os.environ.get("WORLD_SIZE", 1)) if world_size is None else world_size
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
     device = torch.device(f"cuda:{local_rank}") if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
@@ -63,7 +65,7 @@ def init_distributed(init_method: str | None = None, rank: int | None = None,
             # torch's env:// (MASTER_ADDR/PORT from torchrun): under PER_ROUND_STORE_ENV rank 0 hosts
             # a new store on the port the round's rendezvous picked, so no key outlives its round.
             dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size)
-    return DistEnv(rank, world_size, local_rank, backend, device)
+    return DistEnv(rank, world_size, local_rank, backend, device, local_world_size)
 
 
 class MultiNodeNeedsPerRoundStore(ConfigError):

@@ -21,6 +21,7 @@ from models.fraud_mlp import FraudModel
 from pipeline.datasets.manifest import DatasetManifest
 from pipeline.metrics import auc_roc, average_precision, classification_report, recall_at_fpr
 from pipeline.training.data import iter_eval_chunks
+from pipeline.training.sampling import importance_weights
 
 
 @dataclass
@@ -104,7 +105,7 @@ def split_metrics(scored: ScoredSplit, loss_fn: Callable[[torch.Tensor, torch.Te
 def _sampled_split_metrics(scored: ScoredSplit, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
                            negative_rate: float) -> dict[str, float]:
     labels = scored.labels
-    weights = np.where(labels > 0, 1.0, 1.0 / negative_rate)
+    weights = importance_weights(labels, negative_rate)
     # The loss is a mean over rows: each class's mean, weighed by the rows that class stands for.
     parts = [(float(w.sum()), float(loss_fn(torch.from_numpy(scored.logits[rows]).float(),
                                             torch.from_numpy(labels[rows]).float())))
