@@ -186,15 +186,15 @@ def _card_columns(history: CodedPayments, queries: CodedPayments) -> dict[str, n
 def _pair_histories(events: CardEvents, queries: CardEvents) -> PairHistories:
     """The parts of ``events`` (sorted by card, then time) the per-pair features of ``queries`` can
     count (:class:`kernel.PairHistories`). One day of queries against 31 days of history: about a
-    tenth of the events for merchant pairs, a fifteenth for the last day. Country pairs keep every
-    event: a card pays mostly in one country, so the cut would cost about what it saves."""
+    tenth of the events for merchant pairs, a fifteenth for the last day. (Country counts need no
+    cut: they search each query's lookback range by country, see ``kernel._ValueAxis``.)"""
     radix = int(max(events.merchant.max(initial=0), queries.merchant.max(initial=0))) + 1
     # Arrow's hash set: one probe per event, where numpy's isin sorts them all.
     member = pc.is_in(pa.array(events.key * radix + events.merchant),
                       value_set=pa.array(queries.key * radix + queries.merchant))
     first = int(queries.ts_us.min()) if len(queries) else 0
     return PairHistories(merchant=_take(events, np.flatnonzero(member.to_numpy(zero_copy_only=False))),
-                         country=events, recent=_take(events, np.flatnonzero(events.ts_us >= first - US_PER_DAY)))
+                         recent=_take(events, np.flatnonzero(events.ts_us >= first - US_PER_DAY)))
 
 
 def _take(events: CardEvents, rows: np.ndarray) -> CardEvents:

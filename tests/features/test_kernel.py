@@ -158,6 +158,27 @@ def test_queries_outside_the_history_see_the_same_windows_as_rows_inside_it():
     assert (offline[fd.card_count(1)][queried] > 0).any() and (offline[fd.CARD_TX_COUNT_1H][queried] > 0).any()
 
 
+@pytest.mark.parametrize("country_scale", [1, 2**17])  # codes under 2^16 sort by radix, larger ones do not
+def test_a_last_day_of_queries_against_its_history_sees_what_the_whole_history_pass_sees(country_scale):
+    """A night's form: one day's payments queried all at once against the history that holds them and
+    the cards' 40 days before. Window edges and same-instant payments (ties) are common on this grid,
+    the queries far fewer than the history's events, so the hour share and the country count search
+    the history by value."""
+    rng = np.random.default_rng(11)
+    rows = [(k, t, a, m, c * country_scale) for k, t, a, m, c in random_rows(rng, 3000, keys=5, span_days=41)]
+    rows.sort(key=lambda r: (r[0], r[1]))
+    full = events(rows)
+    offline = card_features(full, full)
+    last = [i for i, r in enumerate(rows) if r[1] >= T0 + 40 * US_PER_DAY]
+    queries = events([rows[i] for i in last])
+    assert len(full) > 10 * len(queries) > 50
+    assert len({(r[0], r[1]) for r in rows}) < len(rows)  # ties among the payments
+    night = card_features(full, queries)
+    for name in offline:
+        np.testing.assert_array_equal(night[name], offline[name][last], err_msg=name)
+    assert (night[fd.CARD_COUNTRY_TX_COUNT_30D] > 0).all() and (night[fd.CARD_HOUR_SHARE_30D] > 0).any()
+
+
 def test_hour_share_wraps_across_midnight_and_reads_only_the_cards_past():
     day = T0 + 3 * US_PER_DAY
     rows = [(0, T0 + 23 * H + 5, 1.0, 1, 1),  # 23:00 neighbours 00:00 of the next day
