@@ -86,15 +86,38 @@ def sort_payments(payments: CodedPayments) -> SortedPayments:
                           KeyedTimes(p.merchant[by_merchant], p.ts_us[by_merchant]))
 
 
-def merge_sorted(old: SortedPayments, new: SortedPayments) -> SortedPayments:
-    """Both histories' payments in the kernel's orders: ``new`` merged into ``old`` (one binary
-    search per new payment and one copy of the old ones, where sorting both would sort them all)."""
-    at = _merge_positions(old.by_card.card, old.by_card.ts_us, new.by_card.card, new.by_card.ts_us)
-    by_card = CodedPayments(*(np.insert(getattr(old.by_card, f), at, getattr(new.by_card, f))
-                              for f in ("card", "merchant", "country", "ts_us", "amount")))
-    at = _merge_positions(old.by_merchant.key, old.by_merchant.ts_us, new.by_merchant.key, new.by_merchant.ts_us)
-    return SortedPayments(by_card, KeyedTimes(np.insert(old.by_merchant.key, at, new.by_merchant.key),
-                                              np.insert(old.by_merchant.ts_us, at, new.by_merchant.ts_us)))
+def merge_sorted(old: SortedPayments, new: SortedPayments, start_us: int | None = None) -> SortedPayments:
+    """``new`` merged into ``old``'s payments at or after ``start_us`` (all of them: None), in the
+    kernel's orders: ``old.since(start_us)`` with ``new`` inserted, where sorting both would sort
+    them all. One binary search per new payment, and per column one copy of the old payments kept,
+    the cut made on the way (a night's carried 30 days, 0.6M payments, and its new day: 31 ms,
+    where cutting them first and then merging took 38)."""
+    fields = ("card", "ts_us", "merchant", "country", "amount")  # key and time first: they place the rows
+    by_card = _merged_columns([getattr(old.by_card, f) for f in fields], [getattr(new.by_card, f) for f in fields],
+                              start_us)
+    by_merchant = _merged_columns([old.by_merchant.key, old.by_merchant.ts_us],
+                                  [new.by_merchant.key, new.by_merchant.ts_us], start_us)
+    return SortedPayments(CodedPayments(**dict(zip(fields, by_card, strict=True))), KeyedTimes(*by_merchant))
+
+
+def _merged_columns(old: list[np.ndarray], new: list[np.ndarray], start_us: int | None) -> list[np.ndarray]:
+    """Columns of rows sorted by (key, time) (the first two columns), ``new``'s rows placed among
+    ``old``'s at or after ``start_us`` as :func:`_merge_positions` places them."""
+    if start_us is not None:
+        keep = old[1] >= start_us
+        if not keep.all():
+            old = [column[keep] for column in old]
+    at = _merge_positions(old[0], old[1], new[0], new[1])
+    new_rows = at + np.arange(len(at))  # each new row moves past the new rows before it
+    old_rows = np.ones(len(old[0]) + len(at), dtype=bool)
+    old_rows[new_rows] = False
+    out = []
+    for old_column, new_column in zip(old, new, strict=True):
+        merged = np.empty(len(old_rows), dtype=old_column.dtype)
+        merged[old_rows] = old_column
+        merged[new_rows] = new_column
+        out.append(merged)
+    return out
 
 
 def _merge_positions(key: np.ndarray, ts: np.ndarray, new_key: np.ndarray, new_ts: np.ndarray) -> np.ndarray:

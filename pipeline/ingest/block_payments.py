@@ -118,7 +118,7 @@ def read_block_payments(store: RawStore, cache: LookbackCache, files: dict[date,
         cache.write_date(day, keys[day], grown, by_date[day])
     history = sort_payments(_coded(_concat([by_date[d] for d in later + own_days], CODED_SCHEMA)))
     if carried is not None:
-        history = merge_sorted(_sorted_history(carried[0]).since(_midnight_us(start)), history)
+        history = merge_sorted(_sorted_history(carried[0]), history, _midnight_us(start))
     if carried is None or len(later) + len(own_days) >= REBASE_DAYS:
         next_start = last - LOOKBACK + timedelta(days=1)  # the lookback of the night after ``last``
         cache.write_history(_history_table(history.since(_midnight_us(next_start))),

@@ -124,6 +124,11 @@ def test_a_carried_history_with_the_new_day_merged_gives_the_features_of_one_sor
     kept = merged.since(T0 + US_PER_DAY)  # the next night's: the oldest day dropped, both orders kept
     _assert_sorted(kept)
     assert _as_rows(kept) == _as_rows(sort_payments(_rows(h, np.flatnonzero(h.ts_us >= T0 + US_PER_DAY))))
+    # A night cuts the carried history to its lookback as it merges: the same rows in the same order.
+    cut = merge_sorted(carried, sort_payments(_rows(h, wanted)), T0 + US_PER_DAY)
+    for got, want in ((cut.by_card, kept.by_card), (cut.by_merchant, kept.by_merchant)):
+        for name, values in vars(want).items():
+            np.testing.assert_array_equal(getattr(got, name), values, err_msg=name)
 
 
 def test_merging_places_each_new_payment_by_key_then_time_whatever_the_codes():
