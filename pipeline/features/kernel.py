@@ -219,9 +219,17 @@ class PairHistories:
 
 
 def _stable_order(values: np.ndarray) -> np.ndarray:
-    """Indices that sort non-negative integer ``values`` stably: a linear radix sort below 2^16."""
-    small = len(values) and int(values.max()) < 2**16
-    return np.argsort(values.astype(np.uint16) if small else values, kind="stable")
+    """Indices that sort non-negative integer ``values`` stably, in linear time: numpy's radix sort
+    of 16-bit keys, once per 16 bits of the largest value, least significant first. (Codes of the
+    lookback's vocabulary pass 2^16 wherever cards outnumber that: a comparison sort of them cost
+    more than the searches it serves.)"""
+    top = int(values.max()) if len(values) else 0
+    if top < 2**16:
+        return np.argsort(values.astype(np.uint16), kind="stable")
+    order = np.argsort((values & 0xFFFF).astype(np.uint16), kind="stable")
+    for shift in range(16, top.bit_length(), 16):
+        order = order[np.argsort(((values[order] >> shift) & 0xFFFF).astype(np.uint16), kind="stable")]
+    return order
 
 
 class _ValueAxis:

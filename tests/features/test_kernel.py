@@ -158,7 +158,7 @@ def test_queries_outside_the_history_see_the_same_windows_as_rows_inside_it():
     assert (offline[fd.card_count(1)][queried] > 0).any() and (offline[fd.CARD_TX_COUNT_1H][queried] > 0).any()
 
 
-@pytest.mark.parametrize("country_scale", [1, 2**17])  # codes under 2^16 sort by radix, larger ones do not
+@pytest.mark.parametrize("country_scale", [1, 2**17, 2**33])  # one, two and three 16-bit digits to sort by
 def test_a_last_day_of_queries_against_its_history_sees_what_the_whole_history_pass_sees(country_scale):
     """A night's form: one day's payments queried all at once against the history that holds them and
     the cards' 40 days before. Window edges and same-instant payments (ties) are common on this grid,
