@@ -293,7 +293,7 @@ def test_bootstrap_is_deterministic_for_a_seed_and_matches_sklearn_ap():
 
 
 def test_resampling_weights_give_sklearns_weighted_auc_and_ap():
-    """The bootstrap scores a replicate as row weights; each must equal the metric on that resample."""
+    """A row bootstrap's replicate counts each row's draws; its metrics equal the weighted ones."""
     rng = np.random.default_rng(10)
     y, a, _ = two_models(rng, n=500)
     weights = rng.integers(0, 4, size=(3, y.size)).astype(float)
@@ -320,6 +320,26 @@ def test_resampling_weights_give_the_budget_metrics_of_the_resample():
             drawn_y, drawn_a = np.repeat(y, w), np.repeat(a, w)
             assert recall[i] == pytest.approx(recall_at_rate(drawn_y, drawn_a, rate), abs=1e-12)
             assert precision[i] == pytest.approx(precision_at_rate(drawn_y, drawn_a, rate), abs=1e-12)
+
+
+def test_replicates_drawing_whole_cards_give_the_metrics_of_the_rows_they_draw():
+    """A replicate counts the draws of each card: average precision, recall and precision at a budget
+    equal the plain metrics of the rows repeated as often as their card was drawn, also where the
+    replicate drew none of the top-scored cards and its budget's cut lies far down the ranking."""
+    rng = np.random.default_rng(14)
+    y, a, _, card = card_clustered_models(rng)
+    a = np.round(a, 1)  # ties, at the cut too
+    codes = np.unique(card, return_inverse=True)[1]
+    counts = rng.integers(0, 3, size=(4, codes.max() + 1)).astype(float)
+    counts[0, codes[np.argsort(-a)[: a.size // 2]]] = 0  # only cards wholly in the lower half drawn
+    ranked = metrics._RankedScores(y, a, codes)
+    ap, recall, precision = (ranked.average_precision(counts), ranked.recall_at_rate(counts, 0.05),
+                             ranked.precision_at_rate(counts, 0.05))
+    for i, drawn in enumerate(counts.astype(int)):
+        rows = np.repeat(np.arange(y.size), drawn[codes])
+        assert ap[i] == pytest.approx(average_precision_score(y[rows], a[rows]), abs=1e-12)
+        assert recall[i] == pytest.approx(recall_at_rate(y[rows], a[rows], 0.05), abs=1e-12)
+        assert precision[i] == pytest.approx(precision_at_rate(y[rows], a[rows], 0.05), abs=1e-12)
 
 
 def test_budget_bootstrap_estimates_the_plain_difference_and_shares_replicates_across_metrics():
