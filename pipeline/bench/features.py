@@ -28,8 +28,8 @@ per key, see :mod:`pipeline.ingest.block_payments`), nor the window's sixty date
 nor matches every report again (the cache keeps each report date's fraud reports and each report's
 matched payment), nor reads every cached date to decide on a compaction (one footer). But the
 kernel still searches and sums over the 31-day history of the day's cards and merchants (~0.6M
-payments) to answer one day of queries: prefix sums, window positions and the per-pair indexes are
-linear in the history, about a third of a night. The rest is paid once per build whatever it
+payments) to answer one day of queries: prefix sums, window positions, the hour and country layouts
+and the merchant-pair index are linear in the history, about a quarter of a night. The rest is paid once per build whatever it
 computes: the identity-index lookup of the window's reports, file listings and fingerprints, the
 merge itself (a copy of the history), and publishing the new partition (its Parquet encoding, the
 same bytes whichever engine writes them, and its fsyncs). The full rebuild runs the same kernel over
