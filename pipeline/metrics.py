@@ -590,8 +590,9 @@ def paired_bootstrap_differences(labels, scores_a, scores_b, metrics: Sequence[B
     others are asked for. A replicate is how many times it drew each cluster (or row), so each
     model's scores are sorted once, not once per replicate, and average precision and the budget
     metrics read only the scores that decide them (:class:`_RankedScores`: 500 card resamples of
-    108k rows in 0.13 s where weighting every row took 5.7 s). Deterministic for a given ``seed``. A metric's replicates where it is undefined
-    (no positive drawn) are dropped; its interval is NaN when more than half are.
+    108k rows in 0.13 s where weighting every row took 5.7 s). Deterministic for a given ``seed``.
+    A metric's replicates where it is undefined (no positive drawn) are dropped; its interval is NaN
+    when more than half are.
     """
     y, a = _arrays(labels, scores_a)
     _, b = _arrays(labels, scores_b)
