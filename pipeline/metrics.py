@@ -425,7 +425,7 @@ class _RankedScores:
       day's hundred thousand). Each replicate's weight of the rows ranked down to each such group,
       and of its positives, is one sparse product of the unit counts, where the sums at every score
       spread every replicate over every row;
-    * the budget metrics: the top scores down to each replicate's cut (:meth:`flagged_at_rate`).
+    * the budget metrics: the top scores down to each replicate's cut (:meth:`budget_metrics`).
 
     The sums are of whole counts, exact in float64, so each metric equals its dense form but for
     the order average precision adds its terms in (1e-16).
@@ -474,10 +474,10 @@ class _RankedScores:
         flagged = np.cumsum(np.asarray(self._rows_down_to.T.dot(unit_counts.T)).T, axis=1)
         return _ap_of_sums(positives, flagged, cumulative=True)
 
-    def flagged_at_rate(self, unit_counts: np.ndarray, rate: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(fraud weight flagged, weight flagged, fraud weight)`` of each replicate flagging its top
-        ``rate`` share of weight (:func:`_flagged_frauds_of_sums`). The cut lies among the top scores,
-        so only the fewest top score groups that reach it in every replicate are summed: about
+    def budget_metrics(self, unit_counts: np.ndarray, rate: float) -> dict[str, np.ndarray]:
+        """``recall_at_rate`` and ``precision_at_rate`` of each replicate flagging its top ``rate``
+        share of weight, from one cut (:func:`_flagged_frauds_of_sums`). The cut lies among the top
+        scores, so only the fewest top score groups that reach it in every replicate are summed: about
         ``2 * rate`` of the rows, twice as many again while some replicate's cut lies beyond them."""
         if not 0.0 < rate <= 1.0:
             raise ValueError(f"a flagged share must be in (0, 1], got {rate}")
@@ -490,34 +490,22 @@ class _RankedScores:
                 break
             groups *= 2
         flagged, k = _flagged_frauds_of_sums(pos, rows, rate, total)
-        return flagged, k, unit_counts @ self._unit_positives
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return {"recall_at_rate": flagged / (unit_counts @ self._unit_positives), "precision_at_rate": flagged / k}
 
     def recall_at_rate(self, unit_counts: np.ndarray, rate: float) -> np.ndarray:
-        flagged, _, frauds = self.flagged_at_rate(unit_counts, rate)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return flagged / frauds
+        return self.budget_metrics(unit_counts, rate)["recall_at_rate"]
 
     def precision_at_rate(self, unit_counts: np.ndarray, rate: float) -> np.ndarray:
-        flagged, k, _ = self.flagged_at_rate(unit_counts, rate)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return flagged / k
+        return self.budget_metrics(unit_counts, rate)["precision_at_rate"]
 
     def metrics(self, names: Sequence[BootstrapMetric], unit_counts: np.ndarray,
                 rate: float | None) -> list[np.ndarray]:
         """Each metric of ``names`` (:func:`_check_metrics`) for every replicate of ``unit_counts``;
         the budget metrics share one cut."""
-        at_rate = self.flagged_at_rate(unit_counts, rate) if rate is not None and set(names) & set(RATE_METRICS) else None
-        out = []
-        for name in names:
-            if name == "auc_roc":
-                out.append(self.auc_roc(unit_counts))
-            elif name == "average_precision":
-                out.append(self.average_precision(unit_counts))
-            else:
-                flagged, k, frauds = at_rate
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    out.append(flagged / (frauds if name == "recall_at_rate" else k))
-        return out
+        budget = self.budget_metrics(unit_counts, rate) if set(names) & set(RATE_METRICS) else {}
+        whole = {"auc_roc": self.auc_roc, "average_precision": self.average_precision}
+        return [budget[name] if name in budget else whole[name](unit_counts) for name in names]
 
 
 def _auc_of_sums(pos: np.ndarray, rows: np.ndarray) -> np.ndarray:
